@@ -1,0 +1,17 @@
+/* The context object behind the opaque fw_context. */
+#ifndef FW_CONTEXT_H
+#define FW_CONTEXT_H
+
+#include "flashwatt.h"
+
+struct fw_context {
+    char backend[64]; /* "auto" or a backend name */
+    int threads;      /* 0 = all online cores */
+    void *stream;
+    fw_precision precision;
+    fw_policy policy;
+    char last_error[1024];
+    const char *last_backend;
+};
+
+#endif

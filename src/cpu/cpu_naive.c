@@ -1,0 +1,96 @@
+/* cpu-naive: the seeds' baseline. Per (batch, head): S = scale·Q·Kᵀ into a materialised Lq×Lk
+ * float matrix, a row softmax over it, then O = P·V — three passes, O(L²) memory. */
+#include <math.h>
+#include <stdlib.h>
+#include "cpu_common.h"
+
+static int naive_supports(const fw_problem *p, char *why, size_t why_len)
+{
+    if (p->device.kind != FW_DEVICE_CPU) return fw_why(why, why_len, "tensors are not on the cpu");
+    const double bytes = (double)p->seqlen_q * (double)p->seqlen_k * 4.0;
+    if (bytes > 8.0 * 1024 * 1024 * 1024)
+        return fw_why(why, why_len, "the %lld x %lld score matrix needs %.1f GiB, above cpu-naive's 8 GiB limit",
+                      (long long)p->seqlen_q, (long long)p->seqlen_k, bytes / (1u << 30));
+    return 1;
+}
+
+static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    (void)cfg;
+    const int64_t D = p->head_dim, Lq = p->seqlen_q, Lk = p->seqlen_k, BH = p->batch * p->heads;
+    fw_status status = FW_OK;
+#pragma omp parallel num_threads(ex->threads)
+    {
+        float *S = (float *)malloc((size_t)Lq * (size_t)Lk * sizeof(float));
+        float *Q = (float *)malloc((size_t)Lq * (size_t)D * sizeof(float));
+        float *K = (float *)malloc((size_t)Lk * (size_t)D * sizeof(float));
+        float *V = (float *)malloc((size_t)Lk * (size_t)D * sizeof(float));
+        float *O = (float *)malloc((size_t)D * sizeof(float));
+        if (!S || !Q || !K || !V || !O) {
+#pragma omp atomic write
+            status = FW_ERR_OUT_OF_MEMORY;
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
+                for (int64_t i = 0; i < Lq; i++) fw_cpu_load_row(Q + i * D, p->q, p->dtype, fw_off(p->q_stride, b, h, i), D);
+                for (int64_t j = 0; j < Lk; j++) {
+                    fw_cpu_load_row(K + j * D, p->k, p->dtype, fw_off(p->k_stride, b, hk, j), D);
+                    fw_cpu_load_row(V + j * D, p->v, p->dtype, fw_off(p->v_stride, b, hk, j), D);
+                }
+                /* pass 1: S = scale · Q Kᵀ, masked entries -inf */
+                for (int64_t i = 0; i < Lq; i++) {
+                    int64_t lo, hi;
+                    fw_key_range(p, i, &lo, &hi);
+                    float *srow = S + i * Lk;
+                    for (int64_t j = 0; j < Lk; j++) {
+                        if (j < lo || j >= hi) { srow[j] = -INFINITY; continue; }
+                        float dot = 0;
+                        for (int64_t d = 0; d < D; d++) dot += Q[i * D + d] * K[j * D + d];
+                        srow[j] = dot * p->scale;
+                    }
+                }
+                /* pass 2: row softmax in place; LSE on the side */
+                for (int64_t i = 0; i < Lq; i++) {
+                    float *srow = S + i * Lk;
+                    float m = -INFINITY;
+                    int has_nan = 0;
+                    for (int64_t j = 0; j < Lk; j++) {
+                        if (srow[j] != srow[j]) has_nan = 1;
+                        else if (srow[j] > m) m = srow[j];
+                    }
+                    float l = 0;
+                    const float mm = m == -INFINITY ? 0.0f : m;
+                    for (int64_t j = 0; j < Lk; j++) { srow[j] = expf(srow[j] - mm); l += srow[j]; }
+                    const float inv = l > 0 ? 1.0f / l : 0.0f;
+                    for (int64_t j = 0; j < Lk; j++) srow[j] = has_nan ? NAN : srow[j] * inv;
+                    if (p->lse) p->lse[bh * Lq + i] = has_nan ? NAN : (l > 0 ? mm + logf(l) : -INFINITY);
+                }
+                /* pass 3: O = P · V */
+                for (int64_t i = 0; i < Lq; i++) {
+                    const float *prow = S + i * Lk;
+                    for (int64_t d = 0; d < D; d++) O[d] = 0;
+                    for (int64_t j = 0; j < Lk; j++) {
+                        const float w = prow[j];
+                        if (w == 0.0f) continue; /* masked: skip, so 0·inf in V cannot make NaN */
+                        for (int64_t d = 0; d < D; d++) O[d] += w * V[j * D + d];
+                    }
+                    fw_cpu_store_row(p->o, p->dtype, fw_off(p->o_stride, b, h, i), O, D);
+                }
+            }
+        }
+        free(S); free(Q); free(K); free(V); free(O);
+    }
+    return status;
+}
+
+const fw_backend fw_backend_cpu_naive = {
+    .name = "cpu-naive",
+    .description = "three passes over a materialised Lq x Lk score matrix (the seeds' baseline)",
+    .device = FW_DEVICE_CPU,
+    .available = fw_cpu_available,
+    .supports = naive_supports,
+    .configs = NULL,
+    .forward = naive_forward,
+    .backward = NULL,
+};

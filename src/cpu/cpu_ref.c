@@ -1,0 +1,79 @@
+/* cpu-ref: attention accumulated in float64 — the oracle every other backend is tested against.
+ * Straightforward on purpose: two passes over the visible keys of each query row. */
+#include <math.h>
+#include <stdlib.h>
+#include "cpu_common.h"
+
+static int ref_supports(const fw_problem *p, char *why, size_t why_len)
+{
+    if (p->device.kind != FW_DEVICE_CPU) return fw_why(why, why_len, "tensors are not on the cpu");
+    return 1;
+}
+
+static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    (void)cfg;
+    const int64_t D = p->head_dim, Lk = p->seqlen_k;
+    const int64_t BH = p->batch * p->heads;
+    fw_status status = FW_OK;
+#pragma omp parallel num_threads(ex->threads)
+    {
+        double *s = (double *)malloc((size_t)Lk * sizeof(double));
+        double *acc = (double *)malloc((size_t)D * sizeof(double));
+        double *qr = (double *)malloc((size_t)D * sizeof(double));
+        float *orow = (float *)malloc((size_t)D * sizeof(float));
+        if (!s || !acc || !qr || !orow) {
+#pragma omp atomic write
+            status = FW_ERR_OUT_OF_MEMORY;
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
+                for (int64_t i = 0; i < p->seqlen_q; i++) {
+                    int64_t lo, hi;
+                    fw_key_range(p, i, &lo, &hi);
+                    const int64_t qo = fw_off(p->q_stride, b, h, i);
+                    for (int64_t d = 0; d < D; d++) qr[d] = fw_load_f32(p->q, p->dtype, qo + d);
+                    double m = -INFINITY;
+                    for (int64_t j = lo; j < hi; j++) {
+                        const int64_t ko = fw_off(p->k_stride, b, hk, j);
+                        double dot = 0;
+                        for (int64_t d = 0; d < D; d++) dot += qr[d] * (double)fw_load_f32(p->k, p->dtype, ko + d);
+                        s[j] = dot * (double)p->scale;
+                        m = fmax(m, s[j]);
+                    }
+                    for (int64_t d = 0; d < D; d++) acc[d] = 0;
+                    double l = 0;
+                    if (hi > lo && m == -INFINITY) m = 0; /* every logit -inf: weights all 0 */
+                    for (int64_t j = lo; j < hi; j++) {
+                        const double w = exp(s[j] - m);
+                        l += w;
+                        const int64_t vo = fw_off(p->v_stride, b, hk, j);
+                        for (int64_t d = 0; d < D; d++) acc[d] += w * (double)fw_load_f32(p->v, p->dtype, vo + d);
+                    }
+                    const double inv = l > 0 ? 1.0 / l : 0.0;
+                    if (l != l) { /* NaN logits: the row is NaN, as the math says */
+                        for (int64_t d = 0; d < D; d++) orow[d] = NAN;
+                    } else {
+                        for (int64_t d = 0; d < D; d++) orow[d] = (float)(acc[d] * inv);
+                    }
+                    fw_cpu_store_row(p->o, p->dtype, fw_off(p->o_stride, b, h, i), orow, D);
+                    if (p->lse) p->lse[bh * p->seqlen_q + i] = l > 0 ? (float)(m + log(l)) : (l != l ? NAN : -INFINITY);
+                }
+            }
+        }
+        free(s); free(acc); free(qr); free(orow);
+    }
+    return status;
+}
+
+const fw_backend fw_backend_cpu_ref = {
+    .name = "cpu-ref",
+    .description = "float64 reference (the test oracle)",
+    .device = FW_DEVICE_CPU,
+    .available = fw_cpu_available,
+    .supports = ref_supports,
+    .configs = NULL,
+    .forward = ref_forward,
+    .backward = NULL,
+};
