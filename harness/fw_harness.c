@@ -1,0 +1,504 @@
+#include "fw_harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "core/dtype.h"
+#include "core/validate.h"
+#ifdef FW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* Poison patterns: NaNs with payloads no arithmetic produces. */
+#define POISON_F32 0x7fbadbadu
+#define POISON_16 0x7dadu  /* an f16 NaN; as bf16 also a NaN (exponent all ones) */
+#define POISON_BF16 0x7fadu
+
+fw_case fw_case_default(void)
+{
+    fw_case c;
+    memset(&c, 0, sizeof c);
+    c.batch = c.heads = c.kv_heads = 1;
+    c.seqlen_q = c.seqlen_k = 128;
+    c.head_dim = 64;
+    c.dtype = FW_F32;
+    c.device.kind = FW_DEVICE_CPU;
+    c.params = fw_attn_params_default();
+    c.seed = 1;
+    return c;
+}
+
+double fw_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- random numbers: splitmix64 + Box-Muller, reproducible from the seed -------------------- */
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static float randn(uint64_t *s)
+{
+    double u1 = uniform01(s), u2 = uniform01(s);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* ---- layout ------------------------------------------------------------------------------- */
+static fw_tensor describe(void *data, const fw_case *c, int64_t heads, int64_t seq, size_t *elems)
+{
+    const int64_t row = c->head_dim + c->pad;
+    fw_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data; t.dtype = c->dtype; t.device = c->device;
+    t.size[0] = c->batch; t.size[1] = heads; t.size[2] = seq; t.size[3] = c->head_dim;
+    t.stride[3] = 1;
+    if (c->layout_bshd) {
+        t.stride[1] = row; t.stride[2] = heads * row; t.stride[0] = seq * heads * row;
+    } else {
+        t.stride[2] = row; t.stride[1] = seq * row; t.stride[0] = heads * seq * row;
+    }
+    *elems = (size_t)(c->batch * heads * seq * row);
+    return t;
+}
+
+static int64_t offset_of(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
+{
+    return b * t->stride[0] + h * t->stride[1] + s * t->stride[2] + d;
+}
+
+static void fill_random(void *buf, fw_dtype t, size_t n, uint64_t *seed)
+{
+    for (size_t i = 0; i < n; i++) fw_store_f32(buf, t, (int64_t)i, randn(seed));
+}
+
+static void poison_host(void *buf, fw_dtype t, size_t n)
+{
+    if (t == FW_F32) {
+        uint32_t *p = (uint32_t *)buf;
+        for (size_t i = 0; i < n; i++) p[i] = POISON_F32;
+    } else {
+        uint16_t *p = (uint16_t *)buf;
+        const uint16_t v = t == FW_F16 ? POISON_16 : POISON_BF16;
+        for (size_t i = 0; i < n; i++) p[i] = v;
+    }
+}
+
+static int is_poison(const void *buf, fw_dtype t, int64_t i)
+{
+    if (t == FW_F32) return ((const uint32_t *)buf)[i] == POISON_F32;
+    return ((const uint16_t *)buf)[i] == (t == FW_F16 ? POISON_16 : POISON_BF16);
+}
+
+/* ---- device memory ------------------------------------------------------------------------ */
+static int on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; }
+
+#ifdef FW_HAVE_CUDA
+#define CUDA_OR_FAIL(call)                                                                         \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "harness: %s failed: %s\n", #call, cudaGetErrorString(e_));            \
+            return FW_ERR_DEVICE;                                                                  \
+        }                                                                                          \
+    } while (0)
+#endif
+
+static fw_status dev_alloc(const fw_run *r, void **p, size_t bytes)
+{
+    if (!on_gpu(r)) {
+        *p = malloc(bytes);
+        return *p ? FW_OK : FW_ERR_OUT_OF_MEMORY;
+    }
+#ifdef FW_HAVE_CUDA
+    CUDA_OR_FAIL(cudaSetDevice(r->c.device.index));
+    CUDA_OR_FAIL(cudaMalloc(p, bytes));
+    return FW_OK;
+#else
+    *p = NULL;
+    return FW_ERR_NOT_IMPLEMENTED;
+#endif
+}
+
+static void dev_free(const fw_run *r, void *p)
+{
+    if (!p) return;
+    if (!on_gpu(r)) { free(p); return; }
+#ifdef FW_HAVE_CUDA
+    cudaFree(p);
+#endif
+}
+
+/* Copy host->device (dir=1) or device->host (dir=0); plain memcpy when the run is on the cpu
+ * and the buffers differ. */
+static fw_status copy(const fw_run *r, void *dst, const void *src, size_t bytes, int to_device)
+{
+    if (dst == src) return FW_OK;
+    if (!on_gpu(r)) { memcpy(dst, src, bytes); return FW_OK; }
+#ifdef FW_HAVE_CUDA
+    CUDA_OR_FAIL(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+    return FW_OK;
+#else
+    (void)to_device;
+    return FW_ERR_NOT_IMPLEMENTED;
+#endif
+}
+
+static fw_status sync_device(const fw_run *r)
+{
+    if (!on_gpu(r)) return FW_OK;
+#ifdef FW_HAVE_CUDA
+    CUDA_OR_FAIL(cudaDeviceSynchronize());
+    CUDA_OR_FAIL(cudaGetLastError());
+#endif
+    return FW_OK;
+}
+
+/* ---- allocation ---------------------------------------------------------------------------- */
+fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
+{
+    memset(r, 0, sizeof *r);
+    r->c = *c;
+    if (c->device.kind == FW_DEVICE_CUDA && fw_cuda_device_count() <= c->device.index) {
+        snprintf(msg, len, "no CUDA device %d here (%d visible)", c->device.index, fw_cuda_device_count());
+        return FW_ERR_DEVICE_MISMATCH;
+    }
+    const size_t es = fw_dtype_size(c->dtype);
+    fw_tensor tq = describe(NULL, c, c->heads, c->seqlen_q, &r->q_elems);
+    fw_tensor tk = describe(NULL, c, c->kv_heads, c->seqlen_k, &r->kv_elems);
+    r->o_elems = r->q_elems;
+    r->host_q = malloc(r->q_elems * es);
+    r->host_k = malloc(r->kv_elems * es);
+    r->host_v = malloc(r->kv_elems * es);
+    r->host_o = malloc(r->o_elems * es);
+    const size_t lse_n = (size_t)(c->batch * c->heads * c->seqlen_q);
+    r->host_lse = (float *)malloc(lse_n * sizeof(float));
+    if (!r->host_q || !r->host_k || !r->host_v || !r->host_o || !r->host_lse) {
+        snprintf(msg, len, "out of host memory for the inputs");
+        fw_run_free(r);
+        return FW_ERR_OUT_OF_MEMORY;
+    }
+    uint64_t seed = c->seed * 0x2545f4914f6cdd1dull + 17;
+    fill_random(r->host_q, c->dtype, r->q_elems, &seed);
+    fill_random(r->host_k, c->dtype, r->kv_elems, &seed);
+    fill_random(r->host_v, c->dtype, r->kv_elems, &seed);
+
+    void *dq, *dk, *dv, *dout, *dlse = NULL;
+    fw_status st;
+    if (!on_gpu(r)) {
+        dq = r->host_q; dk = r->host_k; dv = r->host_v; dout = r->host_o;
+        if (c->want_lse) dlse = r->host_lse;
+    } else {
+        if ((st = dev_alloc(r, &dq, r->q_elems * es)) || (st = dev_alloc(r, &dk, r->kv_elems * es)) ||
+            (st = dev_alloc(r, &dv, r->kv_elems * es)) || (st = dev_alloc(r, &dout, r->o_elems * es)) ||
+            (c->want_lse && (st = dev_alloc(r, &dlse, lse_n * sizeof(float))))) {
+            snprintf(msg, len, "device allocation failed (%s)", fw_status_string(st));
+            r->q.data = NULL;
+            fw_run_free(r);
+            return st;
+        }
+    }
+    r->q = describe(dq, c, c->heads, c->seqlen_q, &r->q_elems);
+    r->k = describe(dk, c, c->kv_heads, c->seqlen_k, &r->kv_elems);
+    r->v = describe(dv, c, c->kv_heads, c->seqlen_k, &r->kv_elems);
+    r->o = describe(dout, c, c->heads, c->seqlen_q, &r->o_elems);
+    r->lse = (float *)dlse;
+    (void)tq; (void)tk;
+    if ((st = copy(r, dq, r->host_q, r->q_elems * es, 1)) || (st = copy(r, dk, r->host_k, r->kv_elems * es, 1)) ||
+        (st = copy(r, dv, r->host_v, r->kv_elems * es, 1))) {
+        snprintf(msg, len, "copy of the inputs to the device failed");
+        fw_run_free(r);
+        return st;
+    }
+    st = fw_validate_forward(&r->q, &r->k, &r->v, &r->o, r->lse, &c->params, &r->problem, msg, len);
+    if (st != FW_OK) fw_run_free(r);
+    return st;
+}
+
+void fw_run_free(fw_run *r)
+{
+    if (on_gpu(r)) {
+        dev_free(r, r->q.data); dev_free(r, r->k.data); dev_free(r, r->v.data);
+        dev_free(r, r->o.data); dev_free(r, r->lse);
+    }
+    free(r->host_q); free(r->host_k); free(r->host_v); free(r->host_o); free(r->host_lse);
+    free(r->ref_o); free(r->ref_lse); free(r->lowp_o);
+    memset(r, 0, sizeof *r);
+}
+
+fw_status fw_run_set_input(fw_run *r, char which, int64_t b, int64_t h, int64_t s, int64_t d, float x)
+{
+    fw_tensor *t = which == 'q' ? &r->q : which == 'k' ? &r->k : &r->v;
+    void *host = which == 'q' ? r->host_q : which == 'k' ? r->host_k : r->host_v;
+    const int64_t off = offset_of(t, b, h, s, d);
+    const size_t es = fw_dtype_size(r->c.dtype);
+    fw_store_f32(host, r->c.dtype, off, x);
+    r->have_ref = 0;
+    return copy(r, (char *)t->data + off * (int64_t)es, (char *)host + off * (int64_t)es, es, 1);
+}
+
+fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor)
+{
+    const size_t es = fw_dtype_size(r->c.dtype);
+    for (size_t i = 0; i < r->q_elems; i++)
+        fw_store_f32(r->host_q, r->c.dtype, (int64_t)i, q_factor * fw_load_f32(r->host_q, r->c.dtype, (int64_t)i));
+    for (size_t i = 0; i < r->kv_elems; i++)
+        fw_store_f32(r->host_k, r->c.dtype, (int64_t)i, k_factor * fw_load_f32(r->host_k, r->c.dtype, (int64_t)i));
+    r->have_ref = 0;
+    fw_status st = copy(r, r->q.data, r->host_q, r->q_elems * es, 1);
+    if (st == FW_OK) st = copy(r, r->k.data, r->host_k, r->kv_elems * es, 1);
+    return st;
+}
+
+fw_status fw_run_poison(fw_run *r)
+{
+    const size_t es = fw_dtype_size(r->c.dtype);
+    const size_t lse_n = (size_t)(r->c.batch * r->c.heads * r->c.seqlen_q);
+    poison_host(r->host_o, r->c.dtype, r->o_elems);
+    poison_host(r->host_lse, FW_F32, lse_n);
+    fw_status st = copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
+    if (st == FW_OK && r->lse) st = copy(r, r->lse, r->host_lse, lse_n * sizeof(float), 1);
+    return st;
+}
+
+fw_status fw_run_forward(fw_run *r, fw_context *ctx)
+{
+    fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+    if (st != FW_OK) return st;
+    return sync_device(r);
+}
+
+/* ---- reference ----------------------------------------------------------------------------- */
+
+/* Contiguous f32 (B, H, S, D) copy of a host image (exact: every f16/bf16 value is an f32). */
+static float *to_f32_bhsd(const fw_run *r, const void *host, const fw_tensor *t)
+{
+    const int64_t B = t->size[0], H = t->size[1], S = t->size[2], D = t->size[3];
+    float *out = (float *)malloc((size_t)(B * H * S * D) * sizeof(float));
+    if (!out) return NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t s = 0; s < S; s++)
+                for (int64_t d = 0; d < D; d++)
+                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, r->c.dtype, offset_of(t, b, h, s, d));
+    return out;
+}
+
+static float round_to(fw_dtype t, float x)
+{
+    if (t == FW_F16) return fw_f16_to_f32(fw_f32_to_f16(x));
+    if (t == FW_BF16) return fw_bf16_to_f32(fw_f32_to_bf16(x));
+    return x;
+}
+
+/* The same attention done in the input dtype, as FlashAttention's tests do it with upcast=False:
+ * S = Q·Kᵀ rounded to the dtype, scaled in the dtype, softmax in f32, P rounded to the dtype,
+ * O = P·V accumulated in f32 and rounded to the dtype. */
+static void lowp_reference(const fw_run *r, const float *q, const float *k, const float *v, float *out)
+{
+    const fw_problem *p = &r->problem;
+    const int64_t D = p->head_dim, Lq = p->seqlen_q, Lk = p->seqlen_k;
+    const fw_dtype t = r->c.dtype;
+    const float scale = round_to(t, p->scale);
+    for (int64_t bh = 0; bh < p->batch * p->heads; bh++) {
+        const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
+        const float *kb = k + (b * p->kv_heads + hk) * Lk * D;
+        const float *vb = v + (b * p->kv_heads + hk) * Lk * D;
+        float *s = (float *)malloc((size_t)Lk * sizeof(float));
+        if (!s) return;
+        for (int64_t i = 0; i < Lq; i++) {
+            const float *qi = q + (bh * Lq + i) * D;
+            float *oi = out + (bh * Lq + i) * D;
+            int64_t lo, hi;
+            fw_key_range(p, i, &lo, &hi);
+            float m = -INFINITY;
+            for (int64_t j = lo; j < hi; j++) {
+                float dot = 0;
+                for (int64_t d = 0; d < D; d++) dot += qi[d] * kb[j * D + d];
+                s[j] = round_to(t, round_to(t, dot) * scale);
+                if (s[j] > m) m = s[j];
+            }
+            float l = 0;
+            for (int64_t j = lo; j < hi; j++) { s[j] = expf(s[j] - m); l += s[j]; }
+            for (int64_t d = 0; d < D; d++) oi[d] = 0;
+            for (int64_t j = lo; j < hi; j++) {
+                const float w = round_to(t, s[j] / l);
+                for (int64_t d = 0; d < D; d++) oi[d] += w * vb[j * D + d];
+            }
+            for (int64_t d = 0; d < D; d++) oi[d] = round_to(t, oi[d]);
+        }
+        free(s);
+    }
+}
+
+static fw_status compute_reference(fw_run *r)
+{
+    const fw_case *c = &r->c;
+    fw_status st = FW_ERR_OUT_OF_MEMORY;
+    float *q = to_f32_bhsd(r, r->host_q, &r->q);
+    float *k = to_f32_bhsd(r, r->host_k, &r->k);
+    float *v = to_f32_bhsd(r, r->host_v, &r->v);
+    const size_t on = (size_t)(c->batch * c->heads * c->seqlen_q * c->head_dim);
+    const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
+    free(r->ref_o); free(r->ref_lse); free(r->lowp_o);
+    r->ref_o = (float *)malloc(on * sizeof(float));
+    r->ref_lse = (float *)malloc(ln * sizeof(float));
+    r->lowp_o = NULL;
+    fw_context *ctx = NULL;
+    if (q && k && v && r->ref_o && r->ref_lse && fw_context_create(&ctx) == FW_OK) {
+        const fw_device cpu = {FW_DEVICE_CPU, 0};
+        fw_tensor tq = fw_tensor_bhsd(q, FW_F32, cpu, c->batch, c->heads, c->seqlen_q, c->head_dim);
+        fw_tensor tk = fw_tensor_bhsd(k, FW_F32, cpu, c->batch, c->kv_heads, c->seqlen_k, c->head_dim);
+        fw_tensor tv = fw_tensor_bhsd(v, FW_F32, cpu, c->batch, c->kv_heads, c->seqlen_k, c->head_dim);
+        fw_tensor to = fw_tensor_bhsd(r->ref_o, FW_F32, cpu, c->batch, c->heads, c->seqlen_q, c->head_dim);
+        fw_context_set_backend(ctx, "cpu-ref");
+        st = fw_attention_forward(ctx, &tq, &tk, &tv, &to, r->ref_lse, &c->params);
+        if (st != FW_OK) fprintf(stderr, "harness: reference failed: %s\n", fw_context_last_error(ctx));
+        if (st == FW_OK && c->dtype != FW_F32) {
+            r->lowp_o = (float *)malloc(on * sizeof(float));
+            if (r->lowp_o) lowp_reference(r, q, k, v, r->lowp_o);
+            else st = FW_ERR_OUT_OF_MEMORY;
+        }
+        fw_context_destroy(ctx);
+    }
+    free(q); free(k); free(v);
+    r->have_ref = st == FW_OK;
+    return st;
+}
+
+float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d)
+{
+    return fw_load_f32(r->host_o, r->c.dtype, offset_of(&r->o, b, h, s, d));
+}
+
+fw_status fw_run_compare(fw_run *r, fw_errors *e)
+{
+    const fw_case *c = &r->c;
+    const size_t es = fw_dtype_size(c->dtype);
+    const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
+    fw_status st;
+    memset(e, 0, sizeof *e);
+    if (!r->have_ref && (st = compute_reference(r)) != FW_OK) return st;
+    if ((st = copy(r, r->host_o, r->o.data, r->o_elems * es, 0))) return st;
+    if (r->lse && (st = copy(r, r->host_lse, r->lse, ln * sizeof(float), 0))) return st;
+
+    for (size_t i = 0; i < r->kv_elems; i++) {
+        const double a = fabs((double)fw_load_f32(r->host_v, c->dtype, (int64_t)i));
+        if (a > e->max_abs_v) e->max_abs_v = a;
+    }
+    double num = 0, den = 0;
+    /* every element of the padded buffer: inside the view must be written, outside must not */
+    const int64_t D = c->head_dim, row = D + c->pad;
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int64_t h = 0; h < c->heads; h++)
+            for (int64_t s = 0; s < c->seqlen_q; s++) {
+                const int64_t base = offset_of(&r->o, b, h, s, 0);
+                for (int64_t d = D; d < row; d++)
+                    if (!is_poison(r->host_o, c->dtype, base + d)) e->stray++;
+                for (int64_t d = 0; d < D; d++) {
+                    if (is_poison(r->host_o, c->dtype, base + d)) { e->unwritten++; continue; }
+                    const size_t ri = (size_t)(((b * c->heads + h) * c->seqlen_q + s) * D + d);
+                    const double x = fw_load_f32(r->host_o, c->dtype, base + d);
+                    const double y = r->ref_o[ri];
+                    if (isnan(x) != isnan(y)) { e->nan_mismatch++; continue; }
+                    if (isnan(x)) continue;
+                    const double diff = fabs(x - y);
+                    if (diff > e->max_abs) e->max_abs = diff;
+                    num += diff * diff;
+                    den += y * y;
+                    if (r->lowp_o) {
+                        const double lp = fabs((double)r->lowp_o[ri] - y);
+                        if (lp > e->lowp_err) e->lowp_err = lp;
+                    }
+                }
+            }
+    e->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+    int lse_ok = 1;
+    if (r->lse) {
+        for (size_t i = 0; i < ln; i++) {
+            const float x = r->host_lse[i], y = r->ref_lse[i];
+            if (fw_f32_to_bits(x) == POISON_F32) { e->unwritten++; continue; }
+            if (isnan(x) != isnan(y) || (isinf(x) || isinf(y) ? x != y : 0)) { e->lse_max_abs = INFINITY; continue; }
+            if (isnan(x) || isinf(x)) continue;
+            const double diff = fabs((double)x - (double)y);
+            if (diff > e->lse_max_abs) e->lse_max_abs = diff;
+        }
+        /* LSE is f32 in every dtype; its error follows the scores' input rounding. */
+        const double lse_tol = c->dtype == FW_F32 ? 1e-4 : 2e-2;
+        lse_ok = e->lse_max_abs <= lse_tol;
+    }
+    if (c->tol_override > 0) e->tol = c->tol_override;
+    else if (c->dtype == FW_F32) e->tol = 1e-5 * (e->max_abs_v > 0 ? e->max_abs_v : 1.0);
+    else e->tol = 2.0 * e->lowp_err + 1e-5;
+    e->pass = e->max_abs <= e->tol && e->unwritten == 0 && e->stray == 0 && e->nan_mismatch == 0 && lse_ok;
+    return FW_OK;
+}
+
+/* ---- timing ------------------------------------------------------------------------------- */
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms)
+{
+    if (reps < 1) reps = 1;
+    double *t = (double *)malloc((size_t)reps * sizeof(double));
+    if (!t) return FW_ERR_OUT_OF_MEMORY;
+    fw_status st = FW_OK;
+    for (int i = 0; i < warmup && st == FW_OK; i++) st = fw_run_forward(r, ctx);
+    if (!on_gpu(r)) {
+        for (int i = 0; i < reps && st == FW_OK; i++) {
+            const double t0 = fw_now_seconds();
+            st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+            t[i] = (fw_now_seconds() - t0) * 1e3;
+        }
+    }
+#ifdef FW_HAVE_CUDA
+    else if (st == FW_OK) {
+        cudaEvent_t a, b;
+        if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) { free(t); return FW_ERR_DEVICE; }
+        for (int i = 0; i < reps && st == FW_OK; i++) {
+            cudaEventRecord(a, 0);
+            st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+            cudaEventRecord(b, 0);
+            if (cudaEventSynchronize(b) != cudaSuccess) st = FW_ERR_DEVICE;
+            float ms = 0;
+            cudaEventElapsedTime(&ms, a, b);
+            t[i] = ms;
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        if (st == FW_OK) st = sync_device(r);
+    }
+#endif
+    if (st == FW_OK) {
+        qsort(t, (size_t)reps, sizeof(double), cmp_double);
+        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(t);
+    return st;
+}
+
+double fw_run_flops(const fw_run *r) { return fw_problem_flops(&r->problem); }
+
+double fw_run_bytes(const fw_run *r)
+{
+    const fw_case *c = &r->c;
+    const double es = (double)fw_dtype_size(c->dtype);
+    double bytes = es * (double)c->batch * (double)c->head_dim *
+                   (2.0 * (double)c->heads * (double)c->seqlen_q + 2.0 * (double)c->kv_heads * (double)c->seqlen_k);
+    if (r->lse) bytes += 4.0 * (double)(c->batch * c->heads * c->seqlen_q);
+    return bytes;
+}

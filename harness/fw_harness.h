@@ -1,0 +1,77 @@
+/* The test and benchmark harness shared by `flashwatt check/bench`, the ctest programs and the GPU
+ * tests: fresh random inputs in any layout on any device, poisoned outputs, a float64 reference,
+ * the numerics contract of DESIGN.md, and timing. One copy of this logic for every caller. */
+#ifndef FW_HARNESS_H
+#define FW_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "flashwatt.h"
+#include "core/problem.h"
+
+typedef struct fw_case {
+    int64_t batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim;
+    fw_dtype dtype;
+    fw_device device;  /* where the backend runs: cpu, or cuda:N */
+    int layout_bshd;   /* 0: (B,H,S,D) contiguous; 1: (B,S,H,D) */
+    int pad;           /* > 0: every row padded by this many elements (non-contiguous tensors) */
+    fw_attn_params params;
+    uint64_t seed;
+    int want_lse;
+    double tol_override; /* > 0: use this absolute tolerance instead of the contract's */
+} fw_case;
+
+/* A case with batch=heads=kv_heads=1, seqlen 128, head_dim 64, f32, cpu, bhsd, seed 1. */
+fw_case fw_case_default(void);
+
+typedef struct fw_errors {
+    double max_abs;     /* max |O - O_ref| over elements where both are finite */
+    double rel_l2;      /* ||O - O_ref||_2 / ||O_ref||_2 */
+    double max_abs_v;   /* max |V| */
+    double tol;         /* tolerance max_abs was held to */
+    double lowp_err;    /* f16/bf16: max |O_lowp - O_ref| of the input-dtype emulation; else 0 */
+    double lse_max_abs; /* max |LSE - LSE_ref| (inf on a finite/-inf mismatch); 0 without LSE */
+    long unwritten;     /* output elements still holding the poison pattern */
+    long stray;         /* padding elements of o (outside the tensor) that were written */
+    long nan_mismatch;  /* elements NaN in one of O, O_ref but not the other */
+    int pass;
+} fw_errors;
+
+typedef struct fw_run {
+    fw_case c;
+    fw_problem problem;      /* the validated problem (for FLOP/byte counts) */
+    fw_tensor q, k, v, o;    /* descriptors of the call's tensors, on c.device */
+    float *lse;              /* on c.device, or NULL */
+    size_t q_elems, kv_elems, o_elems; /* allocated elements of each buffer, padding included */
+    void *host_q, *host_k, *host_v, *host_o; /* host images in c.dtype, same layout */
+    float *host_lse;
+    float *ref_o, *ref_lse;  /* float64-accumulated reference, contiguous (B,H,Lq,D) / (B,H,Lq) */
+    float *lowp_o;           /* f16/bf16 only: the computation done in the input dtype */
+    int have_ref;
+} fw_run;
+
+fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len);
+void fw_run_free(fw_run *r);
+/* Writes into one element of q/k/v on both the host image and the device copy (for NaN tests).
+ * which: 'q', 'k' or 'v'. */
+fw_status fw_run_set_input(fw_run *r, char which, int64_t b, int64_t h, int64_t s, int64_t d, float x);
+/* Scales every input of q (and k) by factor, to make large logits. */
+fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor);
+fw_status fw_run_poison(fw_run *r);
+fw_status fw_run_forward(fw_run *r, fw_context *ctx);
+/* Computes the reference (once), copies the output back and compares. */
+fw_status fw_run_compare(fw_run *r, fw_errors *e);
+/* Median milliseconds of reps calls after warmup calls (CUDA events on the GPU). */
+fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms);
+
+/* Exact forward FLOPs (4 · visible pairs · D · B · H) and compulsory bytes (q, k, v read once,
+ * o written once, lse if requested). */
+double fw_run_flops(const fw_run *r);
+double fw_run_bytes(const fw_run *r);
+
+/* Output element (b, h, s, d) of the last run, as float, from the host image (after compare). */
+float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d);
+
+double fw_now_seconds(void);
+
+#endif
