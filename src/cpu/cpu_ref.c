@@ -67,6 +67,8 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
     return status;
 }
 
+fw_status fw_cpu_ref_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
+
 const fw_backend fw_backend_cpu_ref = {
     .name = "cpu-ref",
     .description = "float64 reference (the test oracle)",
@@ -75,5 +77,5 @@ const fw_backend fw_backend_cpu_ref = {
     .supports = ref_supports,
     .configs = NULL,
     .forward = ref_forward,
-    .backward = NULL,
+    .backward = fw_cpu_ref_backward,
 };
