@@ -167,6 +167,141 @@ const char *fw_cpu_simd_level(void);
 /* Number of CUDA devices visible (0 where there is no driver or no GPU). */
 int fw_cuda_device_count(void);
 
+/* ==== telemetry ================================================================================
+ * GPU power/energy/temperature/clock readings (NVML, loaded at run time with dlopen: no build-time
+ * dependency), CPU package energy (Linux powercap) where readable, a sampler thread keeping a ring of
+ * readings, and energy windows. Every field carries a validity bit: a source that is absent or does
+ * not answer leaves its bit clear and the formatting helpers print "n/a", never a made-up zero.
+ * Readings, samples and energy windows of one fw_telemetry may be taken from several threads; start
+ * and stop its sampler (and close it) from one thread. */
+typedef struct fw_telemetry fw_telemetry;
+
+/* Validity bits of fw_gpu_reading.valid. */
+#define FW_TEL_POWER_INSTANT  (1u << 0)  /* power_instant_w: NVML field 186 */
+#define FW_TEL_POWER_AVERAGE  (1u << 1)  /* power_average_w: NVML 1-s average (field 185) */
+#define FW_TEL_ENERGY         (1u << 2)  /* energy_mj: total-energy counter since driver load */
+#define FW_TEL_TEMPERATURE    (1u << 3)  /* temperature_c: GPU core */
+#define FW_TEL_SM_CLOCK       (1u << 4)  /* sm_clock_mhz */
+#define FW_TEL_MEM_CLOCK      (1u << 5)  /* mem_clock_mhz */
+#define FW_TEL_UTILIZATION    (1u << 6)  /* util_gpu_pct, util_mem_pct */
+#define FW_TEL_THROTTLE       (1u << 7)  /* throttle_reasons: clock-event reason bits */
+#define FW_TEL_POWER_LIMIT    (1u << 8)  /* power_limit_w: enforced power limit */
+
+/* Clock-event (throttle) reason bits, NVML's values. */
+#define FW_THROTTLE_GPU_IDLE            0x1ull
+#define FW_THROTTLE_APPLICATIONS_CLOCKS 0x2ull
+#define FW_THROTTLE_SW_POWER_CAP        0x4ull
+#define FW_THROTTLE_HW_SLOWDOWN         0x8ull
+#define FW_THROTTLE_SYNC_BOOST          0x10ull
+#define FW_THROTTLE_SW_THERMAL          0x20ull
+#define FW_THROTTLE_HW_THERMAL          0x40ull
+#define FW_THROTTLE_HW_POWER_BRAKE      0x80ull
+#define FW_THROTTLE_DISPLAY_CLOCKS      0x100ull
+
+typedef struct fw_gpu_reading {
+    int gpu;                 /* NVML device index */
+    double t_s;              /* when it was read: seconds on the telemetry clock (monotonic) */
+    unsigned valid;          /* FW_TEL_* bits of the fields below that hold a real reading */
+    double power_instant_w;
+    double power_average_w;
+    uint64_t energy_mj;
+    double temperature_c;
+    unsigned sm_clock_mhz;
+    unsigned mem_clock_mhz;
+    unsigned util_gpu_pct;
+    unsigned util_mem_pct;
+    uint64_t throttle_reasons;
+    double power_limit_w;
+} fw_gpu_reading;
+
+typedef struct fw_cpu_reading {
+    double t_s;
+    int energy_valid;        /* 0 where powercap is absent or not readable (often root-only) */
+    double energy_j;         /* package energy, summed over packages, wrap-corrected since open */
+    int packages;
+    char source[64];         /* e.g. "intel-rapl:0", or why it is n/a */
+} fw_cpu_reading;
+
+/* Opens every available source. Succeeds (FW_OK) even with no GPU and no powercap: then
+ * fw_telemetry_gpu_count() is 0 and fw_telemetry_describe() says why. */
+fw_status fw_telemetry_open(fw_telemetry **out);
+void fw_telemetry_close(fw_telemetry *t);
+int fw_telemetry_gpu_count(const fw_telemetry *t);
+/* One line: which sources are in use, or why each is n/a. */
+const char *fw_telemetry_describe(const fw_telemetry *t);
+/* Device name ("NVIDIA H100 80GB HBM3"), or "n/a". */
+fw_status fw_telemetry_gpu_name(fw_telemetry *t, int gpu, char *buf, size_t len);
+/* PCI bus id of a telemetry GPU ("00000000:3B:00.0"), or "n/a". */
+fw_status fw_telemetry_gpu_pci_bus_id(fw_telemetry *t, int gpu, char *buf, size_t len);
+/* Telemetry GPU index of a PCI bus id in either spelling (NVML "00000000:3B:00.0", CUDA's
+ * cudaDeviceGetPCIBusId "0000:3b:00.0"); -1 when none. NVML indices need not equal CUDA ordinals
+ * (CUDA_VISIBLE_DEVICES, enumeration order): map through this. */
+int fw_telemetry_gpu_for_pci_bus_id(fw_telemetry *t, const char *bus_id);
+/* A fresh reading now. With no such GPU: FW_ERR_INVALID_VALUE and r->valid = 0. */
+fw_status fw_telemetry_read(fw_telemetry *t, int gpu, fw_gpu_reading *r);
+fw_status fw_telemetry_read_cpu(fw_telemetry *t, fw_cpu_reading *r);
+/* Seconds on the telemetry clock (the t_s of readings). */
+double fw_telemetry_now(fw_telemetry *t);
+
+/* Sampler thread: reads every GPU each period_ms (default 20 when 0) into a ring of `capacity`
+ * readings per GPU (default 4096 when 0). Restarting replaces the ring. */
+fw_status fw_telemetry_start_sampler(fw_telemetry *t, int period_ms, int capacity);
+fw_status fw_telemetry_stop_sampler(fw_telemetry *t);
+/* Copies up to max of the newest samples of `gpu` (oldest first) with t_s >= since_s into out;
+ * returns how many (0 when the sampler never ran). */
+int fw_telemetry_samples(fw_telemetry *t, int gpu, double since_s, fw_gpu_reading *out, int max);
+
+/* Cool-down before an energy measurement: polls gpu's instant power (else the 1-s average) every
+ * 50 ms until it has stayed within tol_w of baseline_w for hold_s seconds. Returns 1 when settled,
+ * 0 after timeout_s without settling, -1 when no power reading is available (n/a). *last_w (may be
+ * NULL) gets the last reading. */
+int fw_telemetry_wait_settled(fw_telemetry *t, int gpu, double baseline_w, double tol_w, double hold_s,
+                              double timeout_s, double *last_w);
+/* Idle baseline: mean power over `seconds` of 50 ms polls; FW_OK, or FW_ERR_UNSUPPORTED when n/a. */
+fw_status fw_telemetry_mean_power(fw_telemetry *t, int gpu, double seconds, double *mean_w);
+
+/* Throttle reasons: comma-separated names of the set bits ("sw_power_cap,hw_thermal"), "none" for
+ * 0, unknown bits as hex. Returns the length it wanted (snprintf-style). */
+size_t fw_throttle_reasons_string(uint64_t reasons, char *buf, size_t len);
+/* Name of one reason bit (e.g. FW_THROTTLE_HW_SLOWDOWN -> "hw_slowdown"), NULL if unknown. */
+const char *fw_throttle_reason_name(uint64_t bit);
+
+/* One field of a reading as text with its unit ("312.4 W", "67 C", "1980 MHz", "sw_power_cap"), or
+ * "n/a" when its validity bit is clear. field is one FW_TEL_* bit. */
+size_t fw_gpu_reading_format(const fw_gpu_reading *r, unsigned field, char *buf, size_t len);
+
+/* Energy windows: joules over [begin, end]. From the total-energy counter (source "counter") when
+ * both ends have it; otherwise the integral of the sampler's instant power over the window
+ * (source "sampled"; needs the sampler running); otherwise n/a (valid = 0). The sampled integral is
+ * also kept beside a counter result as a cross-check. Measure >= 1 s windows: the counter and the
+ * power reading refresh about every 100 ms. */
+typedef struct fw_energy_window {
+    /* set by fw_energy_begin */
+    fw_telemetry *t;
+    int gpu;
+    double t0_s;
+    int begin_energy_valid;
+    uint64_t begin_energy_mj;
+    int begin_cpu_valid;
+    double begin_cpu_j;
+    /* results, set by fw_energy_end */
+    int valid;               /* joules/avg_w hold a real measurement */
+    const char *source;      /* "counter", "sampled" or "n/a" */
+    double seconds;
+    double joules;
+    double avg_w;
+    int peak_valid;          /* peak_w from instant power readings seen in the window */
+    double peak_w;
+    int samples;             /* sampler readings inside the window */
+    int sampled_valid;       /* the cross-check integral */
+    double sampled_joules;
+    int cpu_valid;           /* CPU package energy over the same window */
+    double cpu_joules;
+} fw_energy_window;
+
+fw_status fw_energy_begin(fw_telemetry *t, int gpu, fw_energy_window *w);
+fw_status fw_energy_end(fw_energy_window *w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,261 @@
+/* The tuning table on disk (see tuning_table.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tuning_table.h"
+
+#define TT_HEADER "# flashwatt tuning table v1"
+#define TT_FIELDS 14
+
+int64_t fw_tune_bucket(int64_t x)
+{
+    int64_t b = 1;
+    while (b < x && b < ((int64_t)1 << 62)) b <<= 1;
+    return b;
+}
+
+static void copy_clean(char *dst, size_t len, const char *src)
+{
+    snprintf(dst, len, "%s", src ? src : "");
+    for (char *p = dst; *p; p++)
+        if (*p == '\t' || *p == '\n' || *p == '\r') *p = ' ';
+}
+
+fw_tune_key fw_tune_key_make(const char *device, fw_dtype dtype, int head_dim, int causal, int64_t batch_heads,
+                             int64_t lq, int64_t lk)
+{
+    fw_tune_key k;
+    memset(&k, 0, sizeof k);
+    copy_clean(k.device, sizeof k.device, device);
+    k.dtype = dtype;
+    k.head_dim = head_dim;
+    k.causal = causal ? 1 : 0;
+    k.bh = fw_tune_bucket(batch_heads);
+    k.lq = fw_tune_bucket(lq);
+    k.lk = fw_tune_bucket(lk);
+    return k;
+}
+
+int fw_tune_key_equal(const fw_tune_key *a, const fw_tune_key *b)
+{
+    return strcmp(a->device, b->device) == 0 && a->dtype == b->dtype && a->head_dim == b->head_dim &&
+           a->causal == b->causal && a->bh == b->bh && a->lq == b->lq && a->lk == b->lk;
+}
+
+void fw_tune_init(fw_tuning_table *t) { memset(t, 0, sizeof *t); }
+
+void fw_tune_free(fw_tuning_table *t)
+{
+    if (!t) return;
+    free(t->e);
+    memset(t, 0, sizeof *t);
+}
+
+static int ok_value(double v) { return isfinite(v) && v >= 0; }
+
+fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *in)
+{
+    if (!t || !in) return FW_ERR_NULL_ARGUMENT;
+    if (!(isfinite(in->ms) && in->ms > 0) || !ok_value(in->j_per_call) || !ok_value(in->avg_w) || !ok_value(in->peak_w))
+        return FW_ERR_INVALID_VALUE;
+    fw_tune_entry e = *in;
+    copy_clean(e.key.device, sizeof e.key.device, in->key.device);
+    copy_clean(e.backend, sizeof e.backend, in->backend);
+    copy_clean(e.config, sizeof e.config, in->config);
+    for (int i = 0; i < t->n; i++) {
+        fw_tune_entry *x = &t->e[i];
+        if (fw_tune_key_equal(&x->key, &e.key) && strcmp(x->backend, e.backend) == 0 && strcmp(x->config, e.config) == 0) {
+            *x = e;
+            return FW_OK;
+        }
+    }
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 32;
+        fw_tune_entry *ne = (fw_tune_entry *)realloc(t->e, (size_t)cap * sizeof *ne);
+        if (!ne) return FW_ERR_OUT_OF_MEMORY;
+        t->e = ne;
+        t->cap = cap;
+    }
+    t->e[t->n++] = e;
+    return FW_OK;
+}
+
+int fw_tune_frontier(const fw_tuning_table *t, const fw_tune_key *k, fw_frontier_point *out, int max)
+{
+    if (!t || !k || !out) return 0;
+    int n = 0;
+    for (int i = 0; i < t->n && n < max; i++) {
+        const fw_tune_entry *e = &t->e[i];
+        if (!fw_tune_key_equal(&e->key, k)) continue;
+        fw_frontier_point *p = &out[n++];
+        memset(p, 0, sizeof *p);
+        snprintf(p->name, sizeof p->name, "%.31s%s%.31s", e->backend, e->config[0] ? " " : "", e->config);
+        p->tag = i;
+        p->ms = e->ms;
+        p->j_per_call = e->j_per_call;
+        p->avg_w = e->avg_w;
+    }
+    return n;
+}
+
+static void put_num(FILE *f, double v)
+{
+    if (v > 0) fprintf(f, "\t%.17g", v);
+    else fprintf(f, "\tn/a");
+}
+
+fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, size_t why_len)
+{
+    if (!t || !path) return FW_ERR_NULL_ARGUMENT;
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+        snprintf(why, why_len, "path too long");
+        return FW_ERR_INVALID_VALUE;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(why, why_len, "cannot write %s: %s", tmp, strerror(errno));
+        return FW_ERR_INVALID_VALUE;
+    }
+    fprintf(f, "%s\n# device\tdtype\thead_dim\tcausal\tbh\tlq\tlk\tbackend\tconfig\tms\tj_per_call\tavg_w\tpeak_w\tstamp\n",
+            TT_HEADER);
+    for (int i = 0; i < t->n; i++) {
+        const fw_tune_entry *e = &t->e[i];
+        fprintf(f, "%s\t%s\t%d\t%d\t%lld\t%lld\t%lld\t%s\t%s\t%.17g", e->key.device, fw_dtype_name(e->key.dtype),
+                e->key.head_dim, e->key.causal, (long long)e->key.bh, (long long)e->key.lq, (long long)e->key.lk,
+                e->backend[0] ? e->backend : "-", e->config[0] ? e->config : "-", e->ms);
+        put_num(f, e->j_per_call);
+        put_num(f, e->avg_w);
+        put_num(f, e->peak_w);
+        fprintf(f, "\t%lld\n", (long long)e->stamp);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0) bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        snprintf(why, why_len, "cannot write %s: %s", path, strerror(errno));
+        remove(tmp);
+        return FW_ERR_INVALID_VALUE;
+    }
+    return FW_OK;
+}
+
+static int parse_num(const char *s, double *v)
+{
+    if (strcmp(s, "n/a") == 0) {
+        *v = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return (errno || end == s || *end || !isfinite(*v) || *v < 0) ? -1 : 0;
+}
+
+static int parse_int64(const char *s, int64_t *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *v = (int64_t)x;
+    return 0;
+}
+
+fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t why_len)
+{
+    if (!t || !path) return FW_ERR_NULL_ARGUMENT;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT) {
+            snprintf(why, why_len, "no tuning table at %s yet", path);
+            return FW_OK;
+        }
+        snprintf(why, why_len, "cannot read %s: %s", path, strerror(errno));
+        return FW_ERR_INVALID_VALUE;
+    }
+    fw_tuning_table add;
+    fw_tune_init(&add);
+    char line[2048];
+    int lineno = 0;
+    fw_status st = FW_OK;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\n') line[--len] = 0;
+        else if (!feof(f)) {
+            snprintf(why, why_len, "%s line %d: longer than %zu characters", path, lineno, sizeof line - 1);
+            st = FW_ERR_INVALID_VALUE;
+            break;
+        }
+        if (len && line[len - 1] == '\r') line[--len] = 0;
+        if (lineno == 1) {
+            if (strcmp(line, TT_HEADER) != 0) {
+                snprintf(why, why_len, "%s: not a flashwatt tuning table v1 (first line '%.60s')", path, line);
+                st = FW_ERR_INVALID_VALUE;
+                break;
+            }
+            continue;
+        }
+        if (len == 0 || line[0] == '#') continue;
+        char *fld[TT_FIELDS];
+        int nf = 0;
+        char *p = line;
+        for (;;) {
+            if (nf == TT_FIELDS) {
+                nf++;
+                break;
+            }
+            fld[nf++] = p;
+            char *tab = strchr(p, '\t');
+            if (!tab) break;
+            *tab = 0;
+            p = tab + 1;
+        }
+        fw_tune_entry e;
+        memset(&e, 0, sizeof e);
+        int ok = nf == TT_FIELDS;
+        if (ok) {
+            copy_clean(e.key.device, sizeof e.key.device, fld[0]);
+            if (!strcmp(fld[1], fw_dtype_name(FW_F32))) e.key.dtype = FW_F32;
+            else if (!strcmp(fld[1], fw_dtype_name(FW_F16))) e.key.dtype = FW_F16;
+            else if (!strcmp(fld[1], fw_dtype_name(FW_BF16))) e.key.dtype = FW_BF16;
+            else ok = 0;
+            int64_t hd = 0, ca = 0;
+            double pw = 0;
+            ok = ok && parse_int64(fld[2], &hd) == 0 && hd > 0 && hd <= FW_MAX_HEAD_DIM;
+            ok = ok && parse_int64(fld[3], &ca) == 0 && (ca == 0 || ca == 1);
+            ok = ok && parse_int64(fld[4], &e.key.bh) == 0 && e.key.bh > 0;
+            ok = ok && parse_int64(fld[5], &e.key.lq) == 0 && e.key.lq > 0;
+            ok = ok && parse_int64(fld[6], &e.key.lk) == 0 && e.key.lk > 0;
+            e.key.head_dim = (int)hd;
+            e.key.causal = (int)ca;
+            copy_clean(e.backend, sizeof e.backend, strcmp(fld[7], "-") ? fld[7] : "");
+            copy_clean(e.config, sizeof e.config, strcmp(fld[8], "-") ? fld[8] : "");
+            ok = ok && parse_num(fld[9], &e.ms) == 0 && e.ms > 0;
+            ok = ok && parse_num(fld[10], &e.j_per_call) == 0 && parse_num(fld[11], &e.avg_w) == 0 &&
+                 parse_num(fld[12], &pw) == 0 && parse_int64(fld[13], &e.stamp) == 0;
+            e.peak_w = pw;
+        }
+        if (!ok) {
+            snprintf(why, why_len, "%s line %d: expected %d tab-separated fields (device dtype head_dim causal bh lq lk "
+                                   "backend config ms j_per_call avg_w peak_w stamp) with valid values",
+                     path, lineno, TT_FIELDS);
+            st = FW_ERR_INVALID_VALUE;
+            break;
+        }
+        if ((st = fw_tune_put(&add, &e)) != FW_OK) break;
+    }
+    fclose(f);
+    if (st == FW_OK && lineno == 0) {
+        snprintf(why, why_len, "%s is empty", path);
+        st = FW_ERR_INVALID_VALUE;
+    }
+    for (int i = 0; st == FW_OK && i < add.n; i++) st = fw_tune_put(t, &add.e[i]);
+    fw_tune_free(&add);
+    return st;
+}

@@ -1,0 +1,64 @@
+/* The tuning table: measured (time, energy, power) of each backend configuration per device and
+ * problem bucket, kept on disk as tab-separated text, from which the controller's frontier is
+ * read. A problem bucket is (device, dtype, head_dim, causal, batch*heads, Lq, Lk) with the three
+ * sizes rounded up to a power of two.
+ *
+ * File: first line "# flashwatt tuning table v1", then one line per entry with 14 tab-separated
+ * fields: device, dtype, head_dim, causal, bh, lq, lk, backend, config ("-" = default), ms,
+ * j_per_call, avg_w, peak_w ("n/a" = not measured), unix time of the measurement. Other lines
+ * starting with '#' are comments. */
+#ifndef FW_SCHED_TUNING_TABLE_H
+#define FW_SCHED_TUNING_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "flashwatt.h"
+#include "controller.h"
+
+typedef struct fw_tune_key {
+    char device[64]; /* GPU name ("NVIDIA H100 80GB HBM3") or "cpu" */
+    fw_dtype dtype;
+    int head_dim;
+    int causal;
+    int64_t bh; /* batch * heads, bucketed */
+    int64_t lq; /* query length, bucketed */
+    int64_t lk; /* key length, bucketed */
+} fw_tune_key;
+
+typedef struct fw_tune_entry {
+    fw_tune_key key;
+    char backend[32];
+    char config[48];   /* "" = the backend's default */
+    double ms;         /* > 0 */
+    double j_per_call; /* 0 = not measured */
+    double avg_w;      /* 0 = not measured */
+    double peak_w;     /* 0 = not measured */
+    int64_t stamp;     /* unix seconds */
+} fw_tune_entry;
+
+typedef struct fw_tuning_table {
+    int n, cap;
+    fw_tune_entry *e;
+} fw_tuning_table;
+
+/* Smallest power of two >= x (1 for x <= 1). */
+int64_t fw_tune_bucket(int64_t x);
+fw_tune_key fw_tune_key_make(const char *device, fw_dtype dtype, int head_dim, int causal, int64_t batch_heads,
+                             int64_t lq, int64_t lk);
+int fw_tune_key_equal(const fw_tune_key *a, const fw_tune_key *b);
+
+void fw_tune_init(fw_tuning_table *t);
+void fw_tune_free(fw_tuning_table *t);
+/* Adds e, replacing an entry with the same key, backend and config. Tabs and newlines in the names
+ * become spaces. FW_ERR_INVALID_VALUE for ms <= 0 or negative/non-finite values. */
+fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *e);
+/* The entries of bucket k as frontier points (name "backend config", tag = entry index);
+ * returns how many (at most max). */
+int fw_tune_frontier(const fw_tuning_table *t, const fw_tune_key *k, fw_frontier_point *out, int max);
+/* Merges a file into t. A missing file is FW_OK (nothing added; why says so); a malformed one is
+ * FW_ERR_INVALID_VALUE with the line number in why, and t unchanged. */
+fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t why_len);
+/* Writes the whole table (to path.tmp, then renamed over path). */
+fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, size_t why_len);
+
+#endif
