@@ -1,0 +1,19 @@
+"""``python -m flashwatt``: which library is loaded and what it can run."""
+import flashwatt
+
+
+def main() -> None:
+    print(f"flashwatt {flashwatt.__version__} (library {flashwatt.version()}) at {flashwatt.library_path()}")
+    print(f"cpu simd: {flashwatt.cpu_simd_level()}, cuda devices: {flashwatt.cuda_device_count()}")
+    for b in flashwatt.backends():
+        state = "usable" if b.usable else f"not usable: {b.why_not}"
+        print(f"  {b.name:<18} {b.device:<5} {state}")
+    snap = flashwatt.telemetry()
+    print(f"telemetry: {snap.description}")
+    for g in snap.gpus:
+        print(f"  gpu {g.gpu} {g.name}: power {g.power_instant_w} W, energy {g.energy_mj} mJ, "
+              f"temperature {g.temperature_c} C, throttle {g.throttle_reasons}")
+
+
+if __name__ == "__main__":
+    main()
