@@ -1,4 +1,6 @@
 #include <stdio.h>
+#include <string.h>
+#include <stdint.h>
 #include "cuda_common.h"
 
 extern "C" int fw_cuda_count_devices(void)
@@ -21,4 +23,78 @@ extern "C" int fw_cuda_available(char *why, size_t why_len)
     }
     if (n == 0) return fw_why(why, why_len, "no CUDA device present");
     return 1;
+}
+
+/* ---- device workspace ------------------------------------------------------------------------ */
+#include <mutex>
+
+#define FW_WS_MAX_DEVICES 64
+static std::mutex fw_ws_mutex;
+static cudaMemPool_t fw_ws_pools[FW_WS_MAX_DEVICES];
+static int fw_ws_pool_ready[FW_WS_MAX_DEVICES];
+static size_t fw_ws_in_use, fw_ws_peak;
+
+static cudaError_t fw_ws_pool(int dev, cudaMemPool_t *pool)
+{
+    std::lock_guard<std::mutex> lock(fw_ws_mutex);
+    if (dev < 0 || dev >= FW_WS_MAX_DEVICES) return cudaErrorInvalidDevice;
+    if (!fw_ws_pool_ready[dev]) {
+        cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypeNone;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaError_t e = cudaMemPoolCreate(&fw_ws_pools[dev], &props);
+        if (e != cudaSuccess) return e;
+        uint64_t keep = UINT64_MAX; /* keep freed memory in the pool: no cudaMalloc per call */
+        e = cudaMemPoolSetAttribute(fw_ws_pools[dev], cudaMemPoolAttrReleaseThreshold, &keep);
+        if (e != cudaSuccess) return e;
+        fw_ws_pool_ready[dev] = 1;
+    }
+    *pool = fw_ws_pools[dev];
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t fw_cuda_ws_alloc(void **ptr, size_t bytes, cudaStream_t stream)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    cudaMemPool_t pool;
+    e = fw_ws_pool(dev, &pool);
+    if (e != cudaSuccess) return e;
+    e = cudaMallocFromPoolAsync(ptr, bytes ? bytes : 1, pool, stream);
+    if (e != cudaSuccess) return e;
+    std::lock_guard<std::mutex> lock(fw_ws_mutex);
+    fw_ws_in_use += bytes;
+    if (fw_ws_in_use > fw_ws_peak) fw_ws_peak = fw_ws_in_use;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t fw_cuda_ws_free(void *ptr, size_t bytes, cudaStream_t stream)
+{
+    if (!ptr) return cudaSuccess;
+    cudaError_t e = cudaFreeAsync(ptr, stream);
+    std::lock_guard<std::mutex> lock(fw_ws_mutex);
+    fw_ws_in_use = fw_ws_in_use >= bytes ? fw_ws_in_use - bytes : 0;
+    return e;
+}
+
+extern "C" size_t fw_cuda_workspace_peak(void)
+{
+    std::lock_guard<std::mutex> lock(fw_ws_mutex);
+    return fw_ws_peak;
+}
+
+extern "C" size_t fw_cuda_workspace_in_use(void)
+{
+    std::lock_guard<std::mutex> lock(fw_ws_mutex);
+    return fw_ws_in_use;
+}
+
+extern "C" void fw_cuda_workspace_reset_peak(void)
+{
+    std::lock_guard<std::mutex> lock(fw_ws_mutex);
+    fw_ws_peak = fw_ws_in_use;
 }

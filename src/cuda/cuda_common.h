@@ -33,3 +33,39 @@ int fw_cuda_count_devices(void);
 #define FW_CUDA_CHECK_LAUNCH() FW_CUDA_CHECK(cudaGetLastError())
 
 #endif
+
+/* ---- device workspace (added by the cuda-naive/tiled/flash-f32 helper) ----------------------
+ * Stream-ordered scratch memory from a per-device pool that keeps its memory between calls (no
+ * cudaMalloc per call). Every byte handed out is counted: fw_cuda_workspace_peak() is the largest
+ * total in use at once since the last reset (what `flashwatt bench` reports as peak workspace). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Allocates `bytes` on the current device, ordered on `stream`. */
+cudaError_t fw_cuda_ws_alloc(void **ptr, size_t bytes, cudaStream_t stream);
+/* Returns memory from fw_cuda_ws_alloc (same byte count), ordered on `stream`. */
+cudaError_t fw_cuda_ws_free(void *ptr, size_t bytes, cudaStream_t stream);
+size_t fw_cuda_workspace_peak(void);
+size_t fw_cuda_workspace_in_use(void);
+void fw_cuda_workspace_reset_peak(void);
+#ifdef __cplusplus
+}
+#endif
+
+/* Sets the problem's device current for the scope of a forward and puts the old one back. */
+#ifdef __cplusplus
+struct fw_cuda_device_guard {
+    int old_ = -1, ok_ = 0; /* 0 failed, 1 already current, 2 switched (restore) */
+    explicit fw_cuda_device_guard(int dev)
+    {
+        if (cudaGetDevice(&old_) != cudaSuccess) return; /* ok_ = 0: failed */
+        if (old_ == dev) { ok_ = 1; return; }
+        ok_ = cudaSetDevice(dev) == cudaSuccess ? 2 : 0;
+    }
+    ~fw_cuda_device_guard()
+    {
+        if (ok_ == 2) cudaSetDevice(old_);
+    }
+    bool failed() const { return ok_ == 0; }
+};
+#endif

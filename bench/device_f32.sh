@@ -1,0 +1,80 @@
+#!/bin/bash
+# Device script of the float32 CUDA backends (cuda-naive, cuda-tiled, cuda-flash-f32): one call on the
+# GPU machine builds, tests, sanitizes and times, and prints a short table last.
+#   usage, from the repository root on the GPU machine:  bash bench/device_f32.sh
+#   FW_F32_PATCH=bench/flash_f32_v2.patch bash bench/device_f32.sh   tests and times the candidate
+#   revision of the flash-f32 kernels (applied to the script's private copy of the tree only).
+# Full logs go under $OUT (the device tool's folder), or /tmp/fw_f32_out.
+set -u
+OUT=${OUT:-/tmp/fw_f32_out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-dev-f32}
+DUMP=/tmp/fw_f32_dump
+date -u | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu \
+    --format=csv 2>&1 | tee -a "$OUT/gpu.txt"
+t0=$(date +%s)
+SRC=.
+if [ "${FW_F32_ONLY:-1}" = 1 ]; then
+    # Build only what this script tests: a copy of the tree where cuda-flash (tensor cores, another
+    # helper's kernels) is its placeholder, so the build takes a minute, not five.
+    SRC=/tmp/fw_f32_src
+    rm -rf "$SRC"; mkdir -p "$SRC"
+    cp -r CMakeLists.txt include src tests bench tools "$SRC"/ 2>/dev/null
+    [ -d harness ] && cp -r harness "$SRC"/
+    rm -f "$SRC"/src/cuda/flash_tc*.cu
+    cat > "$SRC/src/cuda/cuda_flash.cu" <<'STUB'
+#include "cuda_common.h"
+static int supports_(const fw_problem *p, char *why, size_t why_len)
+{
+    (void)p;
+    return fw_why(why, why_len, "cuda-flash is not built in this f32-only device build");
+}
+static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    (void)p; (void)cfg; (void)ex;
+    return FW_ERR_NOT_IMPLEMENTED;
+}
+extern "C" const fw_backend fw_backend_cuda_flash = {
+    "cuda-flash", "stub", FW_DEVICE_CUDA, fw_cuda_available, supports_, NULL, forward_, NULL,
+};
+STUB
+    BUILD=$SRC/build
+    # FW_F32_PATCH=bench/flash_f32_v2.patch: try a candidate kernel revision in the copy only.
+    if [ -n "${FW_F32_PATCH:-}" ]; then
+        patch -d "$SRC" -p1 < "$FW_F32_PATCH" > "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
+        echo "applied $FW_F32_PATCH"
+    fi
+fi
+cmake -S "$SRC" -B "$BUILD" -DFLASHWATT_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="-Xptxas -v" \
+    > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+make -C "$BUILD" -j16 flashwatt gpu_cuda_f32 >> "$OUT/build.log" 2>&1 ||
+    { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+echo "ptxas: $(grep -c 'bytes spill' "$OUT/build.log") kernels reported, nonzero spills:"
+grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
+
+timeout 120 "$BUILD/gpu_cuda_f32" > "$OUT/test.log" 2>&1
+echo "correctness rc=$? ($(grep -c ' ok ' "$OUT/test.log") ok lines); failures:"
+grep -E "FAIL|failures" "$OUT/test.log" | head -40
+
+{
+    echo "== memcheck"; timeout 150 compute-sanitizer --tool memcheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5
+    echo "== racecheck"; timeout 150 compute-sanitizer --tool racecheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5
+    echo "== synccheck"; timeout 100 compute-sanitizer --tool synccheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5
+} > "$OUT/sanitizer.log" 2>&1
+grep -E "ERROR SUMMARY|==|failures" "$OUT/sanitizer.log"
+
+rm -rf "$DUMP"; mkdir -p "$DUMP"
+timeout 300 "$BUILD/gpu_cuda_f32" --bench "$DUMP" > "$OUT/bench_c.log" 2>&1
+echo "bench rc=$?"
+PYTHONUNBUFFERED=1 timeout 150 python3 bench/sdpa_f32.py "$DUMP" > "$OUT/bench_torch.log" 2>&1
+echo "torch rc=$?"; grep -v RESULT "$OUT/bench_torch.log" | tail -5
+rm -rf "$DUMP"
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >> "$OUT/gpu.txt" 2>&1
+# summary: tag L D causal backend precision config ms TFLOP/s max_abs (all rows in summary.txt;
+# printed: the fastest configuration of each backend/precision per shape)
+grep -h RESULT "$OUT/bench_c.log" "$OUT/bench_torch.log" | grep -v " tag " |
+    awk '{printf "%-11s L%-5s D%-3s c%s %-15s %-6s %-22s %9s ms %7s TF %s\n", $2, $5, $6, $7, $8, $9, $10, $11, $12, $13}' |
+    sort -k1,1 -k2,2V -k3,3 -k4,4 -k8,8n > "$OUT/summary.txt"
+awk '{k=$1" "$2" "$3" "$4" "$5" "$6; if (!(k in seen)) {seen[k]=1; print}}' "$OUT/summary.txt"

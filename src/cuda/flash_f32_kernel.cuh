@@ -1,0 +1,575 @@
+/* cuda-flash-f32: exact float32 FlashAttention-2 on CUDA cores, plus opt-in tf32 / 3xtf32 tensor-core
+ * variants (mma.sync m16n8k8). Included by one .cu file per head-dim bucket (cuda_flash_f32_d*.cu),
+ * each instantiating its configurations, so the CI build compiles the buckets in parallel.
+ *
+ * Both kernels: grid (query tiles, heads, batch), heaviest query tiles first (causal); K/V tiles in
+ * shared memory, double-buffered with cp.async (16-byte copies with zero-fill when the tensors are
+ * 16-byte aligned, 4-byte copies otherwise); online softmax in the log2 domain (Q is pre-scaled by
+ * scale·log2 e), row statistics reduced with warp shuffles; key tiles outside the causal/window band
+ * skipped, the mask applied only on tiles that straddle its edge. head_dim D is padded to the bucket
+ * DB with zeros (masking by zero-fill), so one bucket serves every D in (DB/2, DB].
+ *
+ * Exact kernel (register-blocked like an SGEMM): each thread owns a TM×(BN/8) block of S and a
+ * TM×(DB/8) block of O in registers; 8 threads (lanes 8k..8k+7 of a warp) share the rows of a block,
+ * so row reductions are three xor-shuffles. Q (pre-scaled) and P go through shared memory: every
+ * inner step reads 16-byte vectors of Q/K (resp. P/V) and does TM·TN·4 FMAs.
+ *
+ * Tensor-core kernel: 4 warps × 16 query rows; S = Q·Kᵀ and O += P·V with mma.m16n8k8.tf32; the
+ * accumulator layout of S is reused as the A operand of P·V by permuting the key order inside each
+ * 8-key step (keys 2t, 2t+1 ↔ k-slots t, t+4), so P never leaves registers. 3xtf32 splits each
+ * operand x = big + small (big = tf32(x), small = tf32(x - big)) and sums small·big + big·small +
+ * big·big in f32. */
+#ifndef FW_FLASH_F32_KERNEL_CUH
+#define FW_FLASH_F32_KERNEL_CUH
+
+#include <math.h>
+#include <stdint.h>
+#include "cuda_common.h"
+
+struct ff32_args {
+    const float *q, *k, *v;
+    float *o, *lse;
+    long long qs[3], ks[3], vs[3], os[3]; /* batch, head, seq strides in elements */
+    long long diag, wl, wr;               /* fw_problem's normalised window */
+    int H, group, Lq, Lk, D;
+    float scale_log2; /* scale · log2(e) */
+    int vec16;        /* q/k/v 16-byte aligned with strides multiple of 4: 16-byte copies */
+};
+
+/* Host-side launchers, one per head-dim bucket (defined in cuda_flash_f32_d<DB>.cu).
+ * variant: 0 exact, 1 tf32, 2 3xtf32; cfg: index into that variant's table. */
+struct ff32_cfg_info {
+    const char *name;
+    int block_m, block_n, warps;
+};
+#define FF32_DECLARE(DB)                                                                           \
+    int ff32_configs_d##DB(int variant, const ff32_cfg_info **table);                              \
+    cudaError_t ff32_launch_d##DB(int variant, int cfg, const ff32_args *a, int batch, cudaStream_t s);
+FF32_DECLARE(32)
+FF32_DECLARE(64)
+FF32_DECLARE(128)
+FF32_DECLARE(256)
+
+#ifdef __CUDACC__
+
+/* ---- small device helpers --------------------------------------------------------------------- */
+__device__ __forceinline__ unsigned ff32_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ff32_cp16(float *dst, const float *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ff32_smem_addr(dst)), "l"(src),
+                 "r"(bytes));
+}
+__device__ __forceinline__ void ff32_cp4(float *dst, const float *src, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(ff32_smem_addr(dst)), "l"(src),
+                 "r"(bytes));
+}
+__device__ __forceinline__ void ff32_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void ff32_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ float ff32_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Rows [0, ROWS) × cols [0, DB) of a tile into shared memory (row stride SST); rows >= nrows and
+ * cols >= D are zero-filled. src points at the tile's row 0 (a valid row); rs = row stride. */
+template <int ROWS, int DB, int SST, int NT>
+__device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, long long rs, int nrows, int D,
+                                               int vec16, int tid)
+{
+    if (vec16) {
+        constexpr int CH = DB / 4;
+#pragma unroll 4
+        for (int idx = tid; idx < ROWS * CH; idx += NT) {
+            const int r = idx / CH, c = (idx % CH) * 4;
+            const float *g = src;
+            int bytes = 0;
+            if (r < nrows && c < D) {
+                g = src + r * rs + c;
+                bytes = min(16, (D - c) * 4);
+            }
+            ff32_cp16(dst + r * SST + c, g, bytes);
+        }
+    } else {
+        for (int idx = tid; idx < ROWS * DB; idx += NT) {
+            const int r = idx / DB, c = idx % DB;
+            const bool ok = r < nrows && c < D;
+            ff32_cp4(dst + r * SST + c, ok ? src + r * rs + c : src, ok ? 4 : 0);
+        }
+    }
+}
+
+/* Visible key range [lo, hi) of query row i, clipped to [0, Lk]. */
+__device__ __forceinline__ void ff32_range(const ff32_args &a, long long i, int *lo, int *hi)
+{
+    long long x = i + a.diag - a.wl, y = i + a.diag + a.wr + 1;
+    *lo = x < 0 ? 0 : (x > a.Lk ? a.Lk : (int)x);
+    *hi = y > a.Lk ? a.Lk : (y < 0 ? 0 : (int)y);
+}
+
+/* The key tiles a query block [m0, m0+rows) must visit, and whether tile n0 needs the mask. */
+struct ff32_band {
+    int n_begin, n_end; /* keys [n_begin, n_end) cover every visible key of the block */
+    int lo_max, hi_min; /* tiles inside [lo_max, hi_min) are fully visible to every row */
+};
+__device__ __forceinline__ ff32_band ff32_block_band(const ff32_args &a, int m0, int rows)
+{
+    ff32_band bd;
+    int lo0, hi0, lo1, hi1;
+    ff32_range(a, m0, &lo0, &hi0);
+    ff32_range(a, m0 + rows - 1, &lo1, &hi1);
+    bd.n_begin = lo0; /* lo, hi are non-decreasing in i */
+    bd.n_end = hi1;
+    bd.lo_max = lo1;
+    bd.hi_min = hi0;
+    return bd;
+}
+
+/* Writes the Q tile (rows valid < rows), pre-scaled by scale·log2 e and zero-padded, to Qs. */
+template <int BM, int DB, int QST, int NT>
+__device__ __forceinline__ void ff32_load_q(float *Qs, const float *q, long long rs, int rows, int D, float sc,
+                                            int vec16, int tid)
+{
+    if (vec16) {
+        constexpr int CH = DB / 4;
+        for (int idx = tid; idx < BM * CH; idx += NT) {
+            const int r = idx / CH, c = (idx % CH) * 4;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < rows) {
+                const float *g = q + r * rs + c;
+                if (c + 4 <= D) x = *reinterpret_cast<const float4 *>(g);
+                else {
+                    if (c < D) x.x = g[0];
+                    if (c + 1 < D) x.y = g[1];
+                    if (c + 2 < D) x.z = g[2];
+                }
+            }
+            x.x *= sc; x.y *= sc; x.z *= sc; x.w *= sc;
+            *reinterpret_cast<float4 *>(Qs + r * QST + c) = x;
+        }
+    } else {
+        for (int idx = tid; idx < BM * DB; idx += NT) {
+            const int r = idx / DB, c = idx % DB;
+            Qs[r * QST + c] = (r < rows && c < D) ? q[r * rs + c] * sc : 0.0f;
+        }
+    }
+}
+
+/* ===================================================================================================
+ * Exact float32 kernel.  NT = (BM/TM)·8 threads; thread (ty, tx) owns query rows ty + RS·r (r < TM,
+ * RS = BM/TM) and keys tx + 8c (c < TN = BN/8) of S, and O columns 32g + 4tx + e (g < DB/32, e < 4).
+ * =================================================================================================== */
+template <int DB, int BM, int BN, int TM> struct ff32_exact_cfg {
+    static constexpr int NT = (BM / TM) * 8;
+    static constexpr int RS = BM / TM;
+    static constexpr int TN = BN / 8;
+    static constexpr int G = DB / 32;
+    static constexpr int QST = DB + 4, KST = DB + 4, VST = DB + 4, PST = BN + 8;
+    static constexpr int SMEM_FLOATS = BM * QST + 2 * BN * KST + 2 * BN * VST + BM * PST;
+    static constexpr size_t SMEM = SMEM_FLOATS * sizeof(float);
+};
+
+template <int DB, int BM, int BN, int TM>
+__global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
+    ff32_exact_kernel(const ff32_args a)
+{
+    typedef ff32_exact_cfg<DB, BM, BN, TM> C;
+    constexpr int NT = C::NT, RS = C::RS, TN = C::TN, G = C::G;
+    constexpr int QST = C::QST, KST = C::KST, VST = C::VST, PST = C::PST;
+    extern __shared__ float4 ff32_smem4[];
+    float *Qs = reinterpret_cast<float *>(ff32_smem4);
+    float *Ks = Qs + BM * QST;     /* 2 stages */
+    float *Vs = Ks + 2 * BN * KST; /* 2 stages */
+    float *Ps = Vs + 2 * BN * VST;
+
+    const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
+    const int mblk = gridDim.x - 1 - blockIdx.x; /* heaviest (last) query tiles first */
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int m0 = mblk * BM;
+    const int rows = min(BM, a.Lq - m0);
+    const float *qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
+    const float *kp = a.k + b * a.ks[0] + hk * a.ks[1];
+    const float *vp = a.v + b * a.vs[0] + hk * a.vs[1];
+
+    const ff32_band bd = ff32_block_band(a, m0, rows);
+    const int t_begin = bd.n_begin / BN;
+    const int t_end = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN : t_begin;
+
+    int lo[TM], hi[TM];
+#pragma unroll
+    for (int r = 0; r < TM; r++) ff32_range(a, (long long)m0 + ty + RS * r, &lo[r], &hi[r]);
+
+    float o[TM][4 * G], m[TM], l[TM];
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4 * G; c++) o[r][c] = 0.0f;
+    }
+
+    if (t_begin < t_end) {
+        const int n0 = t_begin * BN;
+        ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
+        ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+        ff32_commit();
+    }
+    ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
+
+    for (int t = t_begin; t < t_end; t++) {
+        const int st = (t - t_begin) & 1;
+        if (t + 1 < t_end) {
+            const int n1 = (t + 1) * BN;
+            float *kd = Ks + (st ^ 1) * BN * KST, *vd = Vs + (st ^ 1) * BN * VST;
+            ff32_load_tile<BN, DB, KST, NT>(kd, kp + (long long)n1 * a.ks[2], a.ks[2], a.Lk - n1, a.D, a.vec16, tid);
+            ff32_load_tile<BN, DB, VST, NT>(vd, vp + (long long)n1 * a.vs[2], a.vs[2], a.Lk - n1, a.D, a.vec16, tid);
+            ff32_commit();
+            ff32_wait<1>();
+        } else {
+            ff32_wait<0>();
+        }
+        __syncthreads();
+        const float *Kt = Ks + st * BN * KST, *Vt = Vs + st * BN * VST;
+
+        /* S = Q·Kᵀ (log2 units) */
+        float s[TM][TN];
+#pragma unroll
+        for (int r = 0; r < TM; r++)
+#pragma unroll
+            for (int c = 0; c < TN; c++) s[r][c] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < DB; d += 4) {
+            float4 qv[TM], kv[TN];
+#pragma unroll
+            for (int r = 0; r < TM; r++) qv[r] = *reinterpret_cast<const float4 *>(Qs + (ty + RS * r) * QST + d);
+#pragma unroll
+            for (int c = 0; c < TN; c++) kv[c] = *reinterpret_cast<const float4 *>(Kt + (tx + 8 * c) * KST + d);
+#pragma unroll
+            for (int r = 0; r < TM; r++)
+#pragma unroll
+                for (int c = 0; c < TN; c++) {
+                    float x = s[r][c];
+                    x = fmaf(qv[r].x, kv[c].x, x);
+                    x = fmaf(qv[r].y, kv[c].y, x);
+                    x = fmaf(qv[r].z, kv[c].z, x);
+                    x = fmaf(qv[r].w, kv[c].w, x);
+                    s[r][c] = x;
+                }
+        }
+        const int n0 = t * BN;
+        if (n0 < bd.lo_max || n0 + BN > bd.hi_min) { /* tile straddles the band's edge (or Lk) */
+#pragma unroll
+            for (int r = 0; r < TM; r++)
+#pragma unroll
+                for (int c = 0; c < TN; c++) {
+                    const int j = n0 + tx + 8 * c;
+                    if (j < lo[r] || j >= hi[r]) s[r][c] = -INFINITY;
+                }
+        }
+        /* online softmax */
+#pragma unroll
+        for (int r = 0; r < TM; r++) {
+            float mx = s[r][0];
+#pragma unroll
+            for (int c = 1; c < TN; c++) mx = fmaxf(mx, s[r][c]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            const float mn = fmaxf(m[r], mx);
+            const float mu = mn == -INFINITY ? 0.0f : mn;
+            const float alpha = ff32_exp2(m[r] - mu);
+            m[r] = mn;
+            float ls = 0.0f;
+#pragma unroll
+            for (int c = 0; c < TN; c++) {
+                const float pv = ff32_exp2(s[r][c] - mu);
+                s[r][c] = pv;
+                ls += pv;
+            }
+            l[r] = l[r] * alpha + ls;
+#pragma unroll
+            for (int c = 0; c < 4 * G; c++) o[r][c] *= alpha;
+        }
+#pragma unroll
+        for (int r = 0; r < TM; r++)
+#pragma unroll
+            for (int c = 0; c < TN; c++) Ps[(ty + RS * r) * PST + tx + 8 * c] = s[r][c];
+        __syncthreads();
+
+        /* O += P·V */
+#pragma unroll 2
+        for (int j = 0; j < BN; j += 4) {
+            float4 pv[TM];
+#pragma unroll
+            for (int r = 0; r < TM; r++) pv[r] = *reinterpret_cast<const float4 *>(Ps + (ty + RS * r) * PST + j);
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                float4 vv[G];
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    vv[g] = *reinterpret_cast<const float4 *>(Vt + (j + jj) * VST + 32 * g + 4 * tx);
+#pragma unroll
+                for (int r = 0; r < TM; r++) {
+                    const float p = jj == 0 ? pv[r].x : (jj == 1 ? pv[r].y : (jj == 2 ? pv[r].z : pv[r].w));
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        o[r][4 * g + 0] = fmaf(p, vv[g].x, o[r][4 * g + 0]);
+                        o[r][4 * g + 1] = fmaf(p, vv[g].y, o[r][4 * g + 1]);
+                        o[r][4 * g + 2] = fmaf(p, vv[g].z, o[r][4 * g + 2]);
+                        o[r][4 * g + 3] = fmaf(p, vv[g].w, o[r][4 * g + 3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* stage st and Ps are rewritten next iteration */
+    }
+
+    /* epilogue: O / l, LSE = (m + log2 l)·ln 2 */
+    float *op = a.o + b * a.os[0] + h * a.os[1];
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 4);
+        const int row = ty + RS * r;
+        if (row >= rows) continue;
+        const bool live = lr > 0.0f || lr != lr;
+        const float inv = live ? 1.0f / lr : 0.0f;
+        float *orow = op + (long long)(m0 + row) * a.os[2];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int c0 = 32 * g + 4 * tx;
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (c0 + e < a.D) orow[c0 + e] = o[r][4 * g + e] * inv;
+        }
+        if (a.lse && tx == 0)
+            a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] =
+                live ? (m[r] == -INFINITY ? 0.0f : m[r]) * 0.69314718055994531f + logf(lr) : -INFINITY;
+    }
+}
+
+/* ===================================================================================================
+ * Tensor-core kernel (tf32 / 3xtf32). 128 threads = 4 warps, warp w owns query rows 16w..16w+15.
+ * =================================================================================================== */
+template <int DB, int BN> struct ff32_tc_cfg {
+    static constexpr int BM = 64, NT = 128;
+    static constexpr int QST = DB + 4, KST = DB + 4, VST = DB + 4;
+    static constexpr int SMEM_FLOATS = BM * QST + 2 * BN * KST + 2 * BN * VST;
+    static constexpr size_t SMEM = SMEM_FLOATS * sizeof(float);
+};
+
+__device__ __forceinline__ unsigned ff32_tf32(float x)
+{
+    unsigned y;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(x));
+    return y;
+}
+template <bool SPLIT> __device__ __forceinline__ void ff32_split(float x, unsigned &big, unsigned &small)
+{
+    big = ff32_tf32(x);
+    if (SPLIT) small = ff32_tf32(x - __uint_as_float(big));
+}
+__device__ __forceinline__ void ff32_mma(float *c, const unsigned *a, unsigned b0, unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int DB, int BN, bool SPLIT>
+__global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
+{
+    typedef ff32_tc_cfg<DB, BN> C;
+    constexpr int BM = C::BM, NT = C::NT, QST = C::QST, KST = C::KST, VST = C::VST;
+    constexpr int NS = BN / 8; /* S n-tiles per warp */
+    constexpr int NO = DB / 8; /* O n-tiles per warp */
+    extern __shared__ float4 ff32_smem4[];
+    float *Qs = reinterpret_cast<float *>(ff32_smem4);
+    float *Ks = Qs + BM * QST;
+    float *Vs = Ks + 2 * BN * KST;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    const int mblk = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
+    const int m0 = mblk * BM;
+    const int rows = min(BM, a.Lq - m0);
+    const float *qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
+    const float *kp = a.k + b * a.ks[0] + hk * a.ks[1];
+    const float *vp = a.v + b * a.vs[0] + hk * a.vs[1];
+
+    const ff32_band bd = ff32_block_band(a, m0, rows);
+    const int t_begin = bd.n_begin / BN;
+    const int t_end = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN : t_begin;
+    const int r0 = warp * 16 + g; /* this thread's rows: r0 and r0 + 8 */
+    int lo[2], hi[2];
+    ff32_range(a, (long long)m0 + r0, &lo[0], &hi[0]);
+    ff32_range(a, (long long)m0 + r0 + 8, &lo[1], &hi[1]);
+
+    float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    if (t_begin < t_end) {
+        const int n0 = t_begin * BN;
+        ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
+        ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+        ff32_commit();
+    }
+    ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
+
+    for (int t = t_begin; t < t_end; t++) {
+        const int st = (t - t_begin) & 1;
+        if (t + 1 < t_end) {
+            const int n1 = (t + 1) * BN;
+            float *kd = Ks + (st ^ 1) * BN * KST, *vd = Vs + (st ^ 1) * BN * VST;
+            ff32_load_tile<BN, DB, KST, NT>(kd, kp + (long long)n1 * a.ks[2], a.ks[2], a.Lk - n1, a.D, a.vec16, tid);
+            ff32_load_tile<BN, DB, VST, NT>(vd, vp + (long long)n1 * a.vs[2], a.vs[2], a.Lk - n1, a.D, a.vec16, tid);
+            ff32_commit();
+            ff32_wait<1>();
+        } else {
+            ff32_wait<0>();
+        }
+        __syncthreads();
+        const float *Kt = Ks + st * BN * KST, *Vt = Vs + st * BN * VST;
+
+        float s[NS][4];
+#pragma unroll
+        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        const float *qw = Qs + (warp * 16) * QST;
+#pragma unroll 2
+        for (int k0 = 0; k0 < DB; k0 += 8) {
+            unsigned ab[4], as[4];
+            ff32_split<SPLIT>(qw[g * QST + k0 + tg], ab[0], as[0]);
+            ff32_split<SPLIT>(qw[(g + 8) * QST + k0 + tg], ab[1], as[1]);
+            ff32_split<SPLIT>(qw[g * QST + k0 + tg + 4], ab[2], as[2]);
+            ff32_split<SPLIT>(qw[(g + 8) * QST + k0 + tg + 4], ab[3], as[3]);
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                unsigned b0b, b0s, b1b, b1s;
+                ff32_split<SPLIT>(Kt[(n * 8 + g) * KST + k0 + tg], b0b, b0s);
+                ff32_split<SPLIT>(Kt[(n * 8 + g) * KST + k0 + tg + 4], b1b, b1s);
+                if (SPLIT) {
+                    ff32_mma(s[n], as, b0b, b1b);
+                    ff32_mma(s[n], ab, b0s, b1s);
+                }
+                ff32_mma(s[n], ab, b0b, b1b);
+            }
+        }
+        const int n0 = t * BN;
+        if (n0 < bd.lo_max || n0 + BN > bd.hi_min) {
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = n0 + n * 8 + 2 * tg + (e & 1), rr = e >> 1;
+                    if (j < lo[rr] || j >= hi[rr]) s[n][e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float mx = fmaxf(s[0][2 * rr], s[0][2 * rr + 1]);
+#pragma unroll
+            for (int n = 1; n < NS; n++) mx = fmaxf(mx, fmaxf(s[n][2 * rr], s[n][2 * rr + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m[rr], mx);
+            const float mu = mn == -INFINITY ? 0.0f : mn;
+            const float alpha = ff32_exp2(m[rr] - mu);
+            m[rr] = mn;
+            float ls = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NS; n++) {
+                s[n][2 * rr] = ff32_exp2(s[n][2 * rr] - mu);
+                s[n][2 * rr + 1] = ff32_exp2(s[n][2 * rr + 1] - mu);
+                ls += s[n][2 * rr] + s[n][2 * rr + 1];
+            }
+            l[rr] = l[rr] * alpha + ls;
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                o[n][2 * rr] *= alpha;
+                o[n][2 * rr + 1] *= alpha;
+            }
+        }
+        /* O += P·V: k-slot t ↔ key 2t, slot t+4 ↔ key 2t+1 within each 8-key step */
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            unsigned pb[4], ps[4];
+            ff32_split<SPLIT>(s[n][0], pb[0], ps[0]); /* P[g][2tg]      -> a0 */
+            ff32_split<SPLIT>(s[n][2], pb[1], ps[1]); /* P[g+8][2tg]    -> a1 */
+            ff32_split<SPLIT>(s[n][1], pb[2], ps[2]); /* P[g][2tg+1]    -> a2 */
+            ff32_split<SPLIT>(s[n][3], pb[3], ps[3]); /* P[g+8][2tg+1]  -> a3 */
+            const float *v0 = Vt + (n * 8 + 2 * tg) * VST + g, *v1 = v0 + VST;
+#pragma unroll
+            for (int c = 0; c < NO; c++) {
+                unsigned b0b, b0s, b1b, b1s;
+                ff32_split<SPLIT>(v0[c * 8], b0b, b0s);
+                ff32_split<SPLIT>(v1[c * 8], b1b, b1s);
+                if (SPLIT) {
+                    ff32_mma(o[c], ps, b0b, b1b);
+                    ff32_mma(o[c], pb, b0s, b1s);
+                }
+                ff32_mma(o[c], pb, b0b, b1b);
+            }
+        }
+        __syncthreads();
+    }
+
+    float *op = a.o + b * a.os[0] + h * a.os[1];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        float lr = l[rr];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const int row = r0 + 8 * rr;
+        if (row >= rows) continue;
+        const bool live = lr > 0.0f || lr != lr;
+        const float inv = live ? 1.0f / lr : 0.0f;
+        float *orow = op + (long long)(m0 + row) * a.os[2];
+#pragma unroll
+        for (int c = 0; c < NO; c++) {
+            const int col = c * 8 + 2 * tg;
+            if (col < a.D) orow[col] = o[c][2 * rr] * inv;
+            if (col + 1 < a.D) orow[col + 1] = o[c][2 * rr + 1] * inv;
+        }
+        if (a.lse && tg == 0)
+            a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] =
+                live ? (m[rr] == -INFINITY ? 0.0f : m[rr]) * 0.69314718055994531f + logf(lr) : -INFINITY;
+    }
+}
+
+/* ---- launch helpers used by the per-bucket files ------------------------------------------------- */
+template <int DB, int BM, int BN, int TM>
+static cudaError_t ff32_launch_exact(const ff32_args *a, int batch, cudaStream_t s)
+{
+    typedef ff32_exact_cfg<DB, BM, BN, TM> C;
+    cudaError_t e = cudaFuncSetAttribute(ff32_exact_kernel<DB, BM, BN, TM>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((a->Lq + BM - 1) / BM), (unsigned)a->H, (unsigned)batch);
+    ff32_exact_kernel<DB, BM, BN, TM><<<grid, C::NT, C::SMEM, s>>>(*a);
+    return cudaGetLastError();
+}
+
+template <int DB, int BN, bool SPLIT>
+static cudaError_t ff32_launch_tc(const ff32_args *a, int batch, cudaStream_t s)
+{
+    typedef ff32_tc_cfg<DB, BN> C;
+    cudaError_t e = cudaFuncSetAttribute(ff32_tc_kernel<DB, BN, SPLIT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((a->Lq + C::BM - 1) / C::BM), (unsigned)a->H, (unsigned)batch);
+    ff32_tc_kernel<DB, BN, SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a);
+    return cudaGetLastError();
+}
+
+#endif /* __CUDACC__ */
+#endif

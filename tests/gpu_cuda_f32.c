@@ -1,0 +1,433 @@
+/* GPU test and benchmark of cuda-naive, cuda-tiled and cuda-flash-f32 (every configuration, exact,
+ * tf32 and 3xtf32), against the float64 oracle cpu-ref on fresh random inputs, outputs poisoned first.
+ *
+ *   gpu_cuda_f32                 correctness suite (exit 0 pass, 1 fail, 77 no GPU)
+ *   gpu_cuda_f32 --small         one small causal GQA case per kernel family (for compute-sanitizer)
+ *   gpu_cuda_f32 --bench [DIR]   the seed suite (B=16, H=8, D=64, L=128..2048) and a few more shapes:
+ *                                median CUDA-event times, TFLOP/s, error vs float64; with DIR, the
+ *                                inputs and outputs go there as raw float32 for the PyTorch side. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "flashwatt.h"
+#include "backends/backend.h"
+#include "core/validate.h"
+#include "core/dtype.h"
+#ifdef FW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#ifndef FW_HAVE_CUDA
+int main(void)
+{
+    printf("gpu_cuda_f32: built without CUDA: skipped\n");
+    return 77;
+}
+#else
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct tcase {
+    int B, H, Hkv, Lq, Lk, D;
+    int bshd, pad, causal;
+    long wl, wr;
+    fw_dtype dt;
+    const char *what;
+} tcase;
+
+typedef struct tbuf { /* one case's tensors, host and device, same layout */
+    tcase c;
+    size_t nq, nkv, no;
+    void *hq, *hk, *hv, *ho, *href;
+    float *hlse, *hlse_ref;
+    void *dq, *dk, *dv, *dO;
+    float *dlse;
+    fw_tensor q, k, v, o, oh, qh, kh, vh;
+    fw_attn_params prm;
+    double maxv;
+} tbuf;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) /* [0, 1) */
+{
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void put(void *buf, fw_dtype t, size_t i, float x)
+{
+    if (t == FW_F32) ((float *)buf)[i] = x;
+    else if (t == FW_F16) ((uint16_t *)buf)[i] = fw_f32_to_f16(x);
+    else ((uint16_t *)buf)[i] = fw_f32_to_bf16(x);
+}
+static float get(const void *buf, fw_dtype t, size_t i) { return fw_load_f32(buf, t, (int64_t)i); }
+
+static fw_tensor desc(void *data, const tcase *c, int heads, int L, fw_device dev)
+{
+    fw_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data; t.dtype = c->dt; t.device = dev;
+    t.size[0] = c->B; t.size[1] = heads; t.size[2] = L; t.size[3] = c->D;
+    const int64_t rd = c->D + c->pad;
+    if (c->bshd) { t.stride[3] = 1; t.stride[1] = rd; t.stride[2] = rd * heads; t.stride[0] = rd * heads * L; }
+    else { t.stride[3] = 1; t.stride[2] = rd; t.stride[1] = rd * L; t.stride[0] = rd * L * heads; }
+    return t;
+}
+
+static void tb_alloc(tbuf *t, const tcase *c)
+{
+    memset(t, 0, sizeof *t);
+    t->c = *c;
+    const size_t es = fw_dtype_size(c->dt), rd = (size_t)(c->D + c->pad);
+    t->nq = (size_t)c->B * c->H * c->Lq * rd;
+    t->nkv = (size_t)c->B * c->Hkv * c->Lk * rd;
+    t->no = t->nq;
+    t->hq = calloc(t->nq, es); t->hk = calloc(t->nkv, es); t->hv = calloc(t->nkv, es);
+    t->ho = calloc(t->no, es); t->href = calloc(t->no, es);
+    t->hlse = calloc((size_t)c->B * c->H * c->Lq, 4); t->hlse_ref = calloc((size_t)c->B * c->H * c->Lq, 4);
+    if (!t->hq || !t->hk || !t->hv || !t->ho || !t->href || !t->hlse || !t->hlse_ref) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    t->maxv = 0;
+    for (size_t i = 0; i < t->nq; i++) put(t->hq, c->dt, i, (float)(4 * urand() - 2));
+    for (size_t i = 0; i < t->nkv; i++) put(t->hk, c->dt, i, (float)(4 * urand() - 2));
+    for (size_t i = 0; i < t->nkv; i++) {
+        put(t->hv, c->dt, i, (float)(2 * urand() - 1));
+        const double a = fabs(get(t->hv, c->dt, i));
+        if (a > t->maxv) t->maxv = a;
+    }
+    CK(cudaMalloc(&t->dq, t->nq * es)); CK(cudaMalloc(&t->dk, t->nkv * es)); CK(cudaMalloc(&t->dv, t->nkv * es));
+    CK(cudaMalloc(&t->dO, t->no * es)); CK(cudaMalloc((void **)&t->dlse, (size_t)c->B * c->H * c->Lq * 4));
+    CK(cudaMemcpy(t->dq, t->hq, t->nq * es, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(t->dk, t->hk, t->nkv * es, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(t->dv, t->hv, t->nkv * es, cudaMemcpyHostToDevice));
+    fw_device gpu = {FW_DEVICE_CUDA, 0}, cpu = {FW_DEVICE_CPU, 0};
+    t->q = desc(t->dq, c, c->H, c->Lq, gpu); t->k = desc(t->dk, c, c->Hkv, c->Lk, gpu);
+    t->v = desc(t->dv, c, c->Hkv, c->Lk, gpu); t->o = desc(t->dO, c, c->H, c->Lq, gpu);
+    t->qh = desc(t->hq, c, c->H, c->Lq, cpu); t->kh = desc(t->hk, c, c->Hkv, c->Lk, cpu);
+    t->vh = desc(t->hv, c, c->Hkv, c->Lk, cpu); t->oh = desc(t->href, c, c->H, c->Lq, cpu);
+    t->prm = fw_attn_params_default();
+    t->prm.causal = c->causal;
+    t->prm.window_left = c->wl;
+    t->prm.window_right = c->wr;
+}
+
+static void tb_free(tbuf *t)
+{
+    free(t->hq); free(t->hk); free(t->hv); free(t->ho); free(t->href); free(t->hlse); free(t->hlse_ref);
+    cudaFree(t->dq); cudaFree(t->dk); cudaFree(t->dv); cudaFree(t->dO); cudaFree(t->dlse);
+}
+
+static int tb_reference(tbuf *t)
+{
+    fw_context *ctx;
+    fw_context_create(&ctx);
+    fw_context_set_backend(ctx, "cpu-ref");
+    fw_status st = fw_attention_forward(ctx, &t->qh, &t->kh, &t->vh, &t->oh, t->hlse_ref, &t->prm);
+    if (st != FW_OK) fprintf(stderr, "cpu-ref failed: %s\n", fw_context_last_error(ctx));
+    fw_context_destroy(ctx);
+    return st == FW_OK;
+}
+
+/* Runs backend `name` (config index ci, -1 = default through the public API) once. */
+static fw_status tb_run(tbuf *t, const char *name, int ci, fw_precision prec, cudaStream_t s, char *msg, size_t len)
+{
+    const fw_backend *b = fw_registry_find(name);
+    if (!b) { snprintf(msg, len, "no backend %s", name); return FW_ERR_NO_BACKEND; }
+    fw_problem p;
+    fw_status st = fw_validate_forward(&t->q, &t->k, &t->v, &t->o, t->dlse, &t->prm, &p, msg, len);
+    if (st != FW_OK) return st;
+    p.precision = prec;
+    if (!b->supports(&p, msg, len)) return FW_ERR_UNSUPPORTED;
+    fw_config cfgs[FW_MAX_CONFIGS];
+    memset(cfgs, 0, sizeof cfgs);
+    int n = b->configs ? b->configs(&p, cfgs, FW_MAX_CONFIGS) : 1;
+    if (ci >= n) { snprintf(msg, len, "config %d of %d", ci, n); return FW_ERR_INVALID_VALUE; }
+    fw_exec ex = {1, (void *)s, msg, len};
+    msg[0] = 0;
+    return b->forward(&p, &cfgs[ci < 0 ? 0 : ci], &ex);
+}
+
+static int n_configs(tbuf *t, const char *name, fw_precision prec, char names[][48])
+{
+    const fw_backend *b = fw_registry_find(name);
+    char msg[256];
+    fw_problem p;
+    if (!b || fw_validate_forward(&t->q, &t->k, &t->v, &t->o, t->dlse, &t->prm, &p, msg, sizeof msg) != FW_OK) return 0;
+    p.precision = prec;
+    fw_config cfgs[FW_MAX_CONFIGS];
+    memset(cfgs, 0, sizeof cfgs);
+    int n = b->configs ? b->configs(&p, cfgs, FW_MAX_CONFIGS) : 1;
+    for (int i = 0; i < n; i++) {
+        const char *src = cfgs[i].name[0] ? cfgs[i].name : "default";
+        size_t len = strlen(src);
+        if (len > 47) len = 47;
+        memcpy(names[i], src, len);
+        names[i][len] = 0;
+    }
+    return n;
+}
+
+typedef struct terr { double max_abs, rel, lse_err; long unwritten, stray; int nan; } terr;
+
+/* Poison, run, copy back, compare with the reference (which must exist). */
+static fw_status tb_check(tbuf *t, const char *name, int ci, fw_precision prec, terr *e, char *msg, size_t len)
+{
+    const tcase *c = &t->c;
+    const size_t es = fw_dtype_size(c->dt);
+    CK(cudaMemset(t->dO, 0xff, t->no * es));
+    CK(cudaMemset(t->dlse, 0xff, (size_t)c->B * c->H * c->Lq * 4));
+    fw_status st = tb_run(t, name, ci, prec, 0, msg, len);
+    if (st != FW_OK) return st;
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(t->ho, t->dO, t->no * es, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(t->hlse, t->dlse, (size_t)c->B * c->H * c->Lq * 4, cudaMemcpyDeviceToHost));
+    memset(e, 0, sizeof *e);
+    double num = 0, den = 0;
+    const size_t rd = (size_t)(c->D + c->pad);
+    for (size_t i = 0; i < t->no; i++) {
+        const int inside = (int)(i % rd) < c->D;
+        const int poisoned = es == 4 ? ((uint32_t *)t->ho)[i] == 0xffffffffu : ((uint16_t *)t->ho)[i] == 0xffffu;
+        if (!inside) {
+            if (!poisoned) e->stray++;
+            continue;
+        }
+        if (poisoned) { e->unwritten++; continue; }
+        const double x = get(t->ho, c->dt, i), r = get(t->href, c->dt, i);
+        if (isnan(x) || isnan(r)) { e->nan++; continue; }
+        const double d = fabs(x - r);
+        if (d > e->max_abs) e->max_abs = d;
+        num += d * d;
+        den += r * r;
+    }
+    e->rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    const size_t nl = (size_t)c->B * c->H * c->Lq;
+    for (size_t i = 0; i < nl; i++) {
+        const float a = t->hlse[i], r = t->hlse_ref[i];
+        if (((uint32_t *)t->hlse)[i] == 0xffffffffu) { e->unwritten++; continue; }
+        double d = (isinf(a) || isinf(r)) ? (a == r ? 0 : INFINITY) : fabs((double)a - r);
+        if (d > e->lse_err) e->lse_err = d;
+    }
+    return FW_OK;
+}
+
+static double tol_for(fw_dtype dt, fw_precision prec)
+{
+    if (dt == FW_F16) return 1e-3;
+    if (dt == FW_BF16) return 8e-3;
+    if (prec == FW_PRECISION_TF32) return 5e-3;
+    return 1e-5; /* exact and 3xtf32: the f32 contract */
+}
+
+static const char *prec_name(fw_precision p)
+{
+    return p == FW_PRECISION_TF32 ? "tf32" : p == FW_PRECISION_3XTF32 ? "3xtf32" : "exact";
+}
+
+static int check_case(const tcase *c, int *fails, int *runs)
+{
+    tbuf t;
+    tb_alloc(&t, c);
+    if (!tb_reference(&t)) { tb_free(&t); (*fails)++; return 0; }
+    struct { const char *name; fw_precision prec; } bk[] = {
+        {"cuda-naive", FW_PRECISION_EXACT}, {"cuda-naive", FW_PRECISION_TF32}, {"cuda-tiled", FW_PRECISION_EXACT},
+        {"cuda-flash-f32", FW_PRECISION_EXACT}, {"cuda-flash-f32", FW_PRECISION_TF32},
+        {"cuda-flash-f32", FW_PRECISION_3XTF32},
+    };
+    printf("case %-28s B%d H%d/%d Lq%d Lk%d D%d %s pad%d causal%d win(%ld,%ld) %s\n", c->what, c->B, c->H, c->Hkv,
+           c->Lq, c->Lk, c->D, c->bshd ? "bshd" : "bhsd", c->pad, c->causal, c->wl, c->wr, fw_dtype_name(c->dt));
+    for (size_t k = 0; k < sizeof bk / sizeof bk[0]; k++) {
+        if (c->dt != FW_F32 && bk[k].prec != FW_PRECISION_EXACT) continue;
+        char names[FW_MAX_CONFIGS][48];
+        const int n = n_configs(&t, bk[k].name, bk[k].prec, names);
+        for (int ci = 0; ci < n; ci++) {
+            terr e;
+            char msg[512];
+            fw_status st = tb_check(&t, bk[k].name, ci, bk[k].prec, &e, msg, sizeof msg);
+            if (st == FW_ERR_UNSUPPORTED) {
+                printf("  %-15s %-6s %-22s unsupported: %s\n", bk[k].name, prec_name(bk[k].prec), names[ci], msg);
+                break;
+            }
+            (*runs)++;
+            if (st != FW_OK) {
+                printf("  %-15s %-6s %-22s FAIL status %d: %s\n", bk[k].name, prec_name(bk[k].prec), names[ci], (int)st, msg);
+                (*fails)++;
+                continue;
+            }
+            const double tol = tol_for(c->dt, bk[k].prec) * t.maxv;
+            const double lse_tol = bk[k].prec == FW_PRECISION_TF32 ? 5e-2 : (c->dt == FW_F32 ? 1e-4 : 2e-3);
+            const int pass = e.max_abs <= tol && e.unwritten == 0 && e.stray == 0 && e.nan == 0 && e.lse_err <= lse_tol;
+            printf("  %-15s %-6s %-22s %s max|dO| %.2e (tol %.1e) rel %.2e lse %.1e unwritten %ld stray %ld nan %d\n",
+                   bk[k].name, prec_name(bk[k].prec), names[ci], pass ? "ok  " : "FAIL", e.max_abs, tol, e.rel,
+                   e.lse_err, e.unwritten, e.stray, e.nan);
+            if (!pass) (*fails)++;
+        }
+    }
+    tb_free(&t);
+    return 1;
+}
+
+static int run_tests(int small)
+{
+    const long U = FW_WINDOW_UNLIMITED;
+    tcase cases[] = {
+        {1, 2, 1, 130, 130, 64, 1, 0, 1, U, U, FW_F32, "small causal gqa"},
+        {2, 4, 4, 256, 256, 64, 0, 0, 0, U, U, FW_F32, "plain"},
+        {2, 4, 2, 200, 333, 64, 1, 0, 1, U, U, FW_F32, "gqa causal Lq<Lk bshd"},
+        {1, 2, 2, 257, 257, 128, 0, 3, 0, 32, 0, FW_F32, "d128 unaligned window"},
+        {1, 3, 3, 100, 100, 32, 1, 0, 1, 16, U, FW_F32, "d32 causal+window"},
+        {1, 2, 1, 130, 150, 256, 0, 0, 0, U, U, FW_F32, "d256 gqa"},
+        {1, 2, 2, 150, 150, 80, 1, 0, 1, U, U, FW_F32, "d80 (bucket 128) causal"},
+        {1, 2, 2, 300, 100, 64, 0, 0, 1, U, U, FW_F32, "Lq>Lk causal: masked rows"},
+        {2, 2, 2, 64, 1, 8, 0, 0, 0, U, U, FW_F32, "Lk=1 d8"},
+        {1, 2, 2, 300, 300, 64, 0, 1, 0, 10, 5, FW_F32, "two-sided window pad1"},
+        {2, 8, 1, 128, 128, 64, 1, 0, 0, U, U, FW_F32, "mqa bshd"},
+        {1, 1, 1, 1, 700, 64, 0, 0, 0, U, U, FW_F32, "decode Lq=1"},
+        {1, 2, 2, 1031, 1031, 64, 0, 0, 1, U, U, FW_F32, "causal 1031"},
+        {2, 4, 2, 200, 333, 64, 1, 0, 1, U, U, FW_F16, "f16 gqa causal"},
+        {2, 4, 2, 200, 333, 64, 0, 2, 0, U, U, FW_BF16, "bf16 gqa padded"},
+    };
+    int fails = 0, runs = 0;
+    const int n = small ? 1 : (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) check_case(&cases[i], &fails, &runs);
+    printf("gpu_cuda_f32: %d runs, %d failures\n", runs, fails);
+    return fails ? 1 : 0;
+}
+
+/* ---- benchmark ----------------------------------------------------------------------------------- */
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double time_run(tbuf *t, const char *name, int ci, fw_precision prec, int reps)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    char msg[512];
+    double ms[64];
+    if (reps > 64) reps = 64;
+    for (int w = 0; w < 3; w++)
+        if (tb_run(t, name, ci, prec, 0, msg, sizeof msg) != FW_OK) { printf("  %s: %s\n", name, msg); return -1; }
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, 0));
+        tb_run(t, name, ci, prec, 0, msg, sizeof msg);
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float f;
+        CK(cudaEventElapsedTime(&f, e0, e1));
+        ms[r] = f;
+    }
+    CK(cudaGetLastError());
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    qsort(ms, (size_t)reps, sizeof(double), cmpd);
+    return ms[reps / 2];
+}
+
+static void dump(const char *dir, const char *tag, const char *what, const void *p, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s_%s.bin", dir, tag, what);
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); return; }
+    fwrite(p, 4, n, f);
+    fclose(f);
+}
+
+static int run_bench(const char *dir)
+{
+    const long U = FW_WINDOW_UNLIMITED;
+    tcase cases[] = {
+        {16, 8, 8, 128, 128, 64, 0, 0, 0, U, U, FW_F32, "seed"},
+        {16, 8, 8, 256, 256, 64, 0, 0, 0, U, U, FW_F32, "seed"},
+        {16, 8, 8, 512, 512, 64, 0, 0, 0, U, U, FW_F32, "seed"},
+        {16, 8, 8, 1024, 1024, 64, 0, 0, 0, U, U, FW_F32, "seed"},
+        {16, 8, 8, 2048, 2048, 64, 0, 0, 0, U, U, FW_F32, "seed"},
+        {16, 8, 8, 2048, 2048, 64, 0, 0, 1, U, U, FW_F32, "seed-causal"},
+        {8, 8, 8, 1024, 1024, 128, 0, 0, 0, U, U, FW_F32, "d128"},
+        {4, 8, 8, 1024, 1024, 32, 0, 0, 0, U, U, FW_F32, "d32"},
+        {2, 8, 8, 512, 512, 256, 0, 0, 0, U, U, FW_F32, "d256"},
+    };
+    struct { const char *name; fw_precision prec; int all_cfgs; } bk[] = {
+        {"cuda-naive", FW_PRECISION_EXACT, 0}, {"cuda-tiled", FW_PRECISION_EXACT, 0},
+        {"cuda-flash-f32", FW_PRECISION_EXACT, 1}, {"cuda-flash-f32", FW_PRECISION_TF32, 1},
+        {"cuda-flash-f32", FW_PRECISION_3XTF32, 1},
+    };
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    printf("RESULT tag B H L D causal backend precision config ms TFLOPs max_abs rel_l2\n");
+    for (size_t ic = 0; ic < sizeof cases / sizeof cases[0]; ic++) {
+        const tcase *c = &cases[ic];
+        tbuf t;
+        tb_alloc(&t, c);
+        const int have_ref = tb_reference(&t);
+        double pairs = 0;
+        for (int i = 0; i < c->Lq; i++) {
+            long lo = i + (c->Lk - c->Lq) - (c->wl < 0 ? 1L << 40 : c->wl);
+            long hi = c->causal ? i + (c->Lk - c->Lq) + 1 : (c->wr < 0 ? c->Lk : i + (c->Lk - c->Lq) + c->wr + 1);
+            if (lo < 0) lo = 0;
+            if (hi > c->Lk) hi = c->Lk;
+            if (hi > lo) pairs += (double)(hi - lo);
+        }
+        const double flops = 4.0 * c->B * c->H * c->D * pairs;
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s_L%d_D%d_c%d", c->what, c->Lq, c->D, c->causal);
+        if (dir) {
+            dump(dir, tag, "q", t.hq, t.nq);
+            dump(dir, tag, "k", t.hk, t.nkv);
+            dump(dir, tag, "v", t.hv, t.nkv);
+            dump(dir, tag, "ref", t.href, t.no);
+        }
+        for (size_t k = 0; k < sizeof bk / sizeof bk[0]; k++) {
+            char names[FW_MAX_CONFIGS][48];
+            int n = n_configs(&t, bk[k].name, bk[k].prec, names);
+            if (!bk[k].all_cfgs && n > 1) n = 1;
+            if (!strcmp(bk[k].name, "cuda-tiled") && c->Lq > 1024) n = 0; /* slow: skip the largest */
+            for (int ci = 0; ci < n; ci++) {
+                terr e;
+                char msg[512];
+                memset(&e, 0, sizeof e);
+                if (have_ref && tb_check(&t, bk[k].name, ci, bk[k].prec, &e, msg, sizeof msg) != FW_OK) {
+                    printf("  %s %s: %s\n", bk[k].name, names[ci], msg);
+                    continue;
+                }
+                if (dir && ci == 0 && !strcmp(bk[k].name, "cuda-flash-f32")) {
+                    char w[32];
+                    snprintf(w, sizeof w, "o_%s", prec_name(bk[k].prec));
+                    dump(dir, tag, w, t.ho, t.no);
+                }
+                const double ms = time_run(&t, bk[k].name, ci, bk[k].prec, c->Lq >= 1024 ? 15 : 30);
+                printf("RESULT %s %d %d %d %d %d %s %s %s %.4f %.2f %.2e %.2e\n", c->what, c->B, c->H, c->Lq, c->D,
+                       c->causal, bk[k].name, prec_name(bk[k].prec), names[ci], ms, flops / (ms * 1e-3) / 1e12,
+                       e.max_abs, e.rel);
+                fflush(stdout);
+            }
+        }
+        tb_free(&t);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (fw_cuda_device_count() <= 0) {
+        printf("gpu_cuda_f32: no CUDA device: skipped\n");
+        return 77;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return run_bench(argc > 2 ? argv[2] : NULL);
+    return run_tests(argc > 1 && !strcmp(argv[1], "--small"));
+}
+#endif
