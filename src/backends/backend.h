@@ -7,6 +7,10 @@
 #include "flashwatt.h"
 #include "../core/problem.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backends (.cu, compiled as C++) include this */
+#endif
+
 /* One point of a backend's tunable search space. Fields a backend does not use stay 0. */
 typedef struct fw_config {
     char name[48];  /* e.g. "bm64-bn64-w4-s2"; "" = the backend's default */
@@ -55,5 +59,9 @@ int fw_why(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

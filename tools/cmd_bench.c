@@ -1,0 +1,471 @@
+/* flashwatt bench: backends x shapes (comma lists or a named suite). For each pair: median time
+ * after warm-up, TFLOP/s, GB/s of compulsory traffic, FLOP/byte, and the error of that run's
+ * output against the float64 reference. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "flashwatt.h"
+#include "args.h"
+#include "commands.h"
+#include "fw_harness.h"
+#include "report.h"
+#include "suites.h"
+#ifdef FW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define MAX_SHAPES 4096
+#define MAX_ROWS 16384
+#define PROGRESS_S 3.0 /* a progress line on stderr for anything expected to take longer */
+
+/* ---- the shapes ------------------------------------------------------------------------- */
+static int cross_product(const fw_cli *cli, fw_shape *out, int max)
+{
+#define VAL(l, i, d) ((l).n ? (l).v[i] : (d))
+#define CNT(l) ((l).n ? (l).n : 1)
+    int n = 0;
+    for (int a = 0; a < CNT(cli->batch); a++)
+    for (int b = 0; b < CNT(cli->heads); b++)
+    for (int c = 0; c < CNT(cli->kv_heads); c++)
+    for (int d = 0; d < CNT(cli->seqlen); d++)
+    for (int e = 0; e < CNT(cli->seqlen_k); e++)
+    for (int f = 0; f < CNT(cli->head_dim); f++)
+    for (int g = 0; g < CNT(cli->dtype); g++)
+    for (int h = 0; h < CNT(cli->causal); h++)
+    for (int i = 0; i < CNT(cli->layout); i++) {
+        if (n >= max) return -1;
+        fw_shape s;
+        memset(&s, 0, sizeof s);
+        s.batch = VAL(cli->batch, a, FW_DEFAULT_BATCH);
+        s.heads = VAL(cli->heads, b, FW_DEFAULT_HEADS);
+        s.kv_heads = VAL(cli->kv_heads, c, s.heads);
+        s.seqlen_q = VAL(cli->seqlen, d, FW_DEFAULT_SEQLEN);
+        s.seqlen_k = VAL(cli->seqlen_k, e, s.seqlen_q);
+        s.head_dim = VAL(cli->head_dim, f, FW_DEFAULT_HEAD_DIM);
+        s.dtype = (fw_dtype)VAL(cli->dtype, g, FW_F32);
+        s.causal = (int)VAL(cli->causal, h, 0);
+        s.layout_bshd = (int)VAL(cli->layout, i, 0);
+        s.window_left = cli->have_window ? cli->window_left : FW_WINDOW_UNLIMITED;
+        s.window_right = cli->have_window ? cli->window_right : FW_WINDOW_UNLIMITED;
+        out[n++] = s;
+    }
+    return n;
+#undef VAL
+#undef CNT
+}
+
+/* ---- cost estimates from small calibration runs ------------------------------------------ */
+typedef struct calib {
+    char backend[FW_NAME_MAX]; /* "" = the reference */
+    fw_device_kind device;
+    fw_dtype dtype;
+    int64_t head_dim;
+    int threads;
+    double flops_per_s; /* 0 = could not calibrate */
+} calib;
+
+static calib calibs[256];
+static int ncalib;
+
+/* FLOP/s of one backend on shape s (warm calls, then the best of timed calls), or of the float64
+ * reference comparison when backend is NULL (on the cpu). 0 when it cannot run. */
+static double measure_rate(const char *backend, const fw_shape *s, fw_device dev, int warm, int timed)
+{
+    double rate = 0;
+    fw_device cpu = {FW_DEVICE_CPU, 0};
+    fw_case c = fw_shape_case(s, backend ? dev : cpu, 12345, 0);
+    fw_run r;
+    char msg[512];
+    if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK) return 0;
+    if (!backend) {
+        fw_errors e;
+        fw_run_poison(&r);
+        const double t0 = fw_now_seconds();
+        if (fw_run_compare(&r, &e) == FW_OK) rate = fw_run_flops(&r) / fmax(fw_now_seconds() - t0, 1e-6);
+    } else {
+        fw_context *ctx = NULL;
+        int ok = fw_context_create(&ctx) == FW_OK && fw_context_set_backend(ctx, backend) == FW_OK &&
+                 fw_context_set_threads(ctx, s->threads) == FW_OK &&
+                 fw_backend_supports(backend, &r.q, &r.k, &r.v, &r.o, &c.params, NULL, 0) == FW_OK;
+        for (int i = 0; ok && i < warm; i++) ok = fw_run_forward(&r, ctx) == FW_OK;
+        double best = INFINITY;
+        for (int i = 0; ok && i < timed; i++) {
+            const double t0 = fw_now_seconds();
+            ok = fw_run_forward(&r, ctx) == FW_OK;
+            best = fmin(best, fw_now_seconds() - t0);
+        }
+        if (ok && isfinite(best)) rate = fw_run_flops(&r) / fmax(best, 1e-7);
+        fw_context_destroy(ctx);
+    }
+    fw_run_free(&r);
+    return rate;
+}
+
+static calib *calib_find(const char *backend, fw_device dev, fw_dtype dtype, int64_t head_dim, int threads)
+{
+    const char *key = backend ? backend : "";
+    for (int i = 0; i < ncalib; i++)
+        if (!strcmp(calibs[i].backend, key) && calibs[i].device == dev.kind && calibs[i].dtype == dtype &&
+            calibs[i].head_dim == head_dim && calibs[i].threads == threads)
+            return &calibs[i];
+    return NULL;
+}
+
+/* A measured rate on a real row replaces the calibration: the sweep's own last shape predicts its
+ * next (bigger) one better than the small calibration problem does. */
+static void calib_learn(const char *backend, fw_device dev, fw_dtype dtype, int64_t head_dim, int threads,
+                        double flops_per_s)
+{
+    calib *k = calib_find(backend, dev, dtype, head_dim, threads);
+    if (k && flops_per_s > 0 && isfinite(flops_per_s)) k->flops_per_s = flops_per_s;
+}
+
+/* FLOP/s of backend (or of the reference comparison when backend is NULL) on a small problem of
+ * this dtype/head_dim, or as last measured; cached. */
+static double rate_of(const char *backend, fw_device dev, fw_dtype dtype, int64_t head_dim, int threads)
+{
+    const char *key = backend ? backend : "";
+    const calib *found = calib_find(backend, dev, dtype, head_dim, threads);
+    if (found) return found->flops_per_s;
+    fw_shape s;
+    memset(&s, 0, sizeof s);
+    s.batch = 1;
+    s.heads = dev.kind == FW_DEVICE_CUDA ? 16 : 4;
+    s.kv_heads = s.heads;
+    s.seqlen_q = s.seqlen_k = dev.kind == FW_DEVICE_CUDA ? 1024 : 256;
+    s.head_dim = head_dim;
+    s.dtype = dtype;
+    s.window_left = s.window_right = FW_WINDOW_UNLIMITED;
+    s.threads = threads;
+    const double rate = measure_rate(backend, &s, dev, 1, 2);
+    if (ncalib < (int)(sizeof calibs / sizeof calibs[0])) {
+        calib *k = &calibs[ncalib++];
+        snprintf(k->backend, sizeof k->backend, "%s", key);
+        k->device = dev.kind;
+        k->dtype = dtype;
+        k->head_dim = head_dim;
+        k->threads = threads;
+        k->flops_per_s = rate;
+    }
+    return rate;
+}
+
+/* ---- GPU memory (cudaMemGetInfo) -------------------------------------------------------- */
+static double gpu_used_bytes(fw_device dev)
+{
+#ifdef FW_HAVE_CUDA
+    size_t free_b = 0, total_b = 0;
+    if (dev.kind == FW_DEVICE_CUDA && cudaSetDevice(dev.index) == cudaSuccess &&
+        cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        return (double)(total_b - free_b);
+#else
+    (void)dev;
+#endif
+    return NAN;
+}
+
+static int clampi(double x, int lo, int hi)
+{
+    if (!(x >= lo)) return lo;
+    if (x > hi) return hi;
+    return (int)x;
+}
+
+static void list_suites(void)
+{
+    printf("suites (flashwatt bench --suite NAME):\n");
+    for (int i = 0; i < fw_suite_count(); i++) {
+        const fw_suite *s = fw_suite_get(i);
+        fw_shape shapes[256];
+        int n = s->shapes(s->gpu ? FW_DEVICE_CUDA : FW_DEVICE_CPU, shapes, 256);
+        printf("  %-9s %3d shapes  %s\n", s->name, n, s->description);
+    }
+}
+
+int fw_cmd_bench(int argc, char **argv)
+{
+    fw_cli cli;
+    char err[1024];
+    if (fw_args_parse(argc, argv, 1, 1, &cli, err, sizeof err)) {
+        fprintf(stderr, "flashwatt bench: %s\n", err);
+        return 2;
+    }
+    if (cli.help) {
+        fw_usage_bench(stdout);
+        return 0;
+    }
+    if (cli.list_suites) {
+        list_suites();
+        return 0;
+    }
+    const fw_suite *suite = NULL;
+    if (cli.suite) {
+        suite = fw_suite_find(cli.suite);
+        if (!suite) {
+            fprintf(stderr, "flashwatt bench: no suite '%s' (known:", cli.suite);
+            for (int i = 0; i < fw_suite_count(); i++) fprintf(stderr, " %s", fw_suite_get(i)->name);
+            fprintf(stderr, ")\n");
+            return 2;
+        }
+        if (fw_args_any_shape(&cli)) {
+            fprintf(stderr, "flashwatt bench: --suite %s fixes the shapes; drop the shape flags or the suite\n",
+                    suite->name);
+            return 2;
+        }
+    } else if (!fw_args_any_shape(&cli)) {
+        suite = fw_suite_default();
+    }
+
+    fw_plan plan;
+    int rc = fw_args_plan(&cli, suite ? suite->gpu : 0, suite ? suite->cpu_backends : NULL,
+                          suite ? suite->cuda_backends : NULL, 0, &plan, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "flashwatt bench: %s\n", err);
+        return rc;
+    }
+
+    fw_shape *base = (fw_shape *)calloc(MAX_SHAPES, sizeof *base);
+    fw_shape *shapes = (fw_shape *)calloc(MAX_SHAPES, sizeof *shapes);
+    fw_row *rows = (fw_row *)calloc(MAX_ROWS, sizeof *rows);
+    if (!base || !shapes || !rows) {
+        fprintf(stderr, "flashwatt bench: out of memory\n");
+        free(base); free(shapes); free(rows);
+        return 1;
+    }
+    int nbase = suite ? suite->shapes(plan.main_device.kind, base, MAX_SHAPES) : cross_product(&cli, base, MAX_SHAPES);
+    int nshapes = 0;
+    for (int i = 0; i < nbase && nshapes >= 0; i++)
+        for (int t = 0; t < (cli.threads.n ? cli.threads.n : 1); t++) {
+            if (nshapes >= MAX_SHAPES) { nshapes = -1; break; }
+            shapes[nshapes] = base[i];
+            shapes[nshapes].threads = cli.threads.n ? (int)cli.threads.v[t] : 0;
+            nshapes++;
+        }
+    if (nbase < 0 || nshapes < 0 || (long)nshapes * plan.n > MAX_ROWS) {
+        fprintf(stderr, "flashwatt bench: too many combinations (at most %d shapes and %d rows)\n", MAX_SHAPES, MAX_ROWS);
+        free(base); free(shapes); free(rows);
+        return 2;
+    }
+
+    char devname[16] = "";
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("flashwatt bench: %s%s, %d shape%s x %d backend%s", suite ? "suite " : "", suite ? suite->name : "custom",
+           nshapes, nshapes == 1 ? "" : "s", plan.n, plan.n == 1 ? "" : "s");
+    printf(" (");
+    for (int i = 0; i < plan.n; i++) printf("%s%s", i ? ", " : "", plan.name[i]);
+    printf(") on ");
+    int any_cpu = 0, any_cuda = 0;
+    for (int i = 0; i < plan.n; i++) {
+        if (plan.device[i].kind == FW_DEVICE_CUDA) any_cuda = 1;
+        else any_cpu = 1;
+    }
+    for (int i = 0; i < plan.n; i++)
+        if (plan.device[i].kind == FW_DEVICE_CUDA) { fw_args_device_name(plan.device[i], devname, sizeof devname); break; }
+    printf("%s%s%s; cpu simd %s, %ld cores; flashwatt %s\n", any_cpu ? "cpu" : "", any_cpu && any_cuda ? " + " : "",
+           any_cuda ? devname : "", fw_cpu_simd_level(), cores, fw_version());
+    fw_report_bench_header(stdout);
+
+    fw_context *ctx = NULL;
+    if (fw_context_create(&ctx) != FW_OK) {
+        fprintf(stderr, "flashwatt bench: cannot create a context\n");
+        free(base); free(shapes); free(rows);
+        return 1;
+    }
+    int nrows = 0, errors = 0, fails = 0, done = 0;
+    const int total = nshapes * plan.n;
+    const double start = fw_now_seconds();
+    for (int si = 0; si < nshapes; si++) {
+        const fw_shape *s = &shapes[si];
+        char text[256];
+        fw_shape_text(s, text, sizeof text);
+        fw_run runs[2];
+        int have_run[2] = {0, 0};
+        char run_err[2][512] = {"", ""};
+        int ref_decided[2] = {0, 0}, ref_ok[2] = {0, 0};
+        double ref_est[2] = {0, 0};
+        if (fw_context_set_threads(ctx, s->threads) != FW_OK) {
+            fprintf(stderr, "flashwatt bench: --threads %d: %s\n", s->threads, fw_context_last_error(ctx));
+            errors++;
+            break;
+        }
+        for (int bi = 0; bi < plan.n; bi++, done++) {
+            fw_row *row = &rows[nrows++];
+            fw_row_init(row);
+            row->s = *s;
+            snprintf(row->backend, sizeof row->backend, "%s", plan.name[bi]);
+            const fw_device dev = plan.device[bi];
+            fw_args_device_name(dev, row->device, sizeof row->device);
+            const int di = dev.kind == FW_DEVICE_CUDA;
+
+            fw_backend_info info;
+            memset(&info, 0, sizeof info);
+            for (int b = 0; b < fw_backend_count(); b++)
+                if (fw_backend_get_info(b, &info) == FW_OK && !strcmp(info.name, row->backend)) break;
+            if (!info.usable) {
+                row->status = FW_ROW_SKIPPED;
+                snprintf(row->note, sizeof row->note, "not usable here: %.230s", info.why_not);
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
+            if (!have_run[di] && !run_err[di][0]) {
+                fw_case c = fw_shape_case(s, dev, cli.seed, cli.lse);
+                fw_status st = fw_run_alloc(&runs[di], &c, run_err[di], sizeof run_err[di]);
+                if (st == FW_OK) have_run[di] = 1;
+                else if (!run_err[di][0]) snprintf(run_err[di], sizeof run_err[di], "%s", fw_status_string(st));
+            }
+            if (!have_run[di]) {
+                row->status = FW_ROW_SKIPPED;
+                snprintf(row->note, sizeof row->note, "cannot set up this shape: %.220s", run_err[di]);
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
+            fw_run *r = &runs[di];
+            char why[512];
+            if (fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
+                row->status = FW_ROW_SKIPPED;
+                snprintf(row->note, sizeof row->note, "unsupported: %.240s", why);
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
+            const double flops = fw_run_flops(r), bytes = fw_run_bytes(r);
+            const double rate = rate_of(row->backend, dev, s->dtype, s->head_dim, s->threads);
+            double est = rate > 0 ? flops / rate : NAN;
+            if (!di && cli.max_call_s > 0 && est > cli.max_call_s && s->batch * s->heads > 1) {
+                /* the small calibration problem underrates tiled backends: before skipping, time a
+                 * slice of this shape (one head per thread, same lengths) when that is affordable */
+                fw_shape slice = *s;
+                const int nthr = s->threads > 0 ? s->threads : (int)cores;
+                slice.batch = 1;
+                slice.heads = slice.kv_heads = nthr < s->batch * s->heads ? nthr : s->batch * s->heads;
+                const double frac = (double)slice.heads / (double)(s->batch * s->heads);
+                if (est * frac <= 0.5 * cli.max_call_s) {
+                    const double r1 = measure_rate(row->backend, &slice, dev, 0, 1);
+                    if (r1 > 0) {
+                        est = flops / r1;
+                        calib_learn(row->backend, dev, s->dtype, s->head_dim, s->threads, r1);
+                    }
+                }
+            }
+            if (cli.max_call_s > 0 && est > cli.max_call_s) {
+                row->status = FW_ROW_SKIPPED;
+                snprintf(row->note, sizeof row->note, "one call would take ~%.0f s (over --max-call-s %g)", est,
+                         cli.max_call_s);
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
+            if (est > PROGRESS_S)
+                fprintf(stderr, "flashwatt bench: [%d/%d] %s %s: first call ~%.0f s\n", done + 1, total, row->backend,
+                        text, est);
+
+            const double mem_row_before = di ? gpu_used_bytes(dev) : NAN;
+            fw_status st = fw_context_set_backend(ctx, row->backend);
+            if (st == FW_OK) st = fw_run_poison(r);
+            double t0 = fw_now_seconds();
+            if (st == FW_OK) st = fw_run_forward(r, ctx);
+            const double probe = fw_now_seconds() - t0;
+            if (st != FW_OK) {
+                row->status = FW_ROW_ERROR;
+                snprintf(row->note, sizeof row->note, "%s", fw_context_last_error(ctx)[0] ? fw_context_last_error(ctx)
+                                                                                        : fw_status_string(st));
+                errors++;
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
+            /* the error of this run's output against the reference (computed once per shape) */
+            if (!ref_decided[di]) {
+                ref_decided[di] = 1;
+                const double rrate = rate_of(NULL, dev, s->dtype, s->head_dim, 0);
+                ref_est[di] = rrate > 0 ? flops / rrate : INFINITY;
+                ref_ok[di] = cli.max_ref_s > 0 && ref_est[di] <= cli.max_ref_s;
+                if (ref_ok[di] && ref_est[di] > PROGRESS_S)
+                    fprintf(stderr, "flashwatt bench: [%d/%d] float64 reference for %s: ~%.0f s\n", done + 1, total,
+                            text, ref_est[di]);
+            }
+            if (ref_ok[di]) {
+                fw_errors e;
+                const int first = !r->have_ref;
+                const double tr = fw_now_seconds();
+                st = fw_run_compare(r, &e);
+                if (st == FW_OK && first)
+                    calib_learn(NULL, dev, s->dtype, s->head_dim, 0, flops / fmax(fw_now_seconds() - tr, 1e-6));
+                if (st != FW_OK) {
+                    snprintf(row->note, sizeof row->note, "reference comparison failed: %s", fw_status_string(st));
+                } else {
+                    row->checked = 1;
+                    row->pass = e.pass;
+                    row->max_abs_err = e.max_abs;
+                    row->rel_l2 = e.rel_l2;
+                    row->tol = e.tol;
+                    if (!e.pass) fails++;
+                    if (e.unwritten || e.nan_mismatch)
+                        snprintf(row->note, sizeof row->note, "%ld unwritten, %ld NaN mismatches", e.unwritten,
+                                 e.nan_mismatch);
+                }
+            } else {
+                if (cli.max_ref_s <= 0)
+                    snprintf(row->note, sizeof row->note, "reference comparison off (--max-ref-s 0)");
+                else
+                    snprintf(row->note, sizeof row->note, "reference skipped for size (~%.0f s > --max-ref-s %g)",
+                             ref_est[di], cli.max_ref_s);
+            }
+            /* adaptive repetitions: ~1 s of timed calls on the cpu, ~0.5 s on a GPU, at least 3
+             * (fewer only when 3 would exceed ~10 s), at most 200 / 1000 */
+            const double budget = di ? 0.5 : 1.0;
+            const double t = fmax(probe, 1e-6);
+            row->warmup = cli.warmup >= 0 ? cli.warmup : (t > 1.0 ? 0 : clampi(0.2 / t, 1, di ? 100 : 20));
+            if (cli.reps > 0) row->reps = cli.reps;
+            else if (3 * t > 10.0) row->reps = clampi(10.0 / t, 1, 3);
+            else row->reps = clampi(budget / t, 3, di ? 1000 : 200);
+            const double expect = t * (row->warmup + row->reps);
+            if (expect > PROGRESS_S)
+                fprintf(stderr, "flashwatt bench: [%d/%d] timing %s %s: %d+%d calls, ~%.0f s\n", done + 1, total,
+                        row->backend, text, row->warmup, row->reps, expect);
+            double ms = NAN;
+            st = fw_run_time(r, ctx, row->warmup, row->reps, &ms);
+            if (st != FW_OK) {
+                row->status = FW_ROW_ERROR;
+                snprintf(row->note, sizeof row->note, "timing failed: %s", fw_context_last_error(ctx)[0]
+                                                                              ? fw_context_last_error(ctx)
+                                                                              : fw_status_string(st));
+                errors++;
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
+            row->ms = ms;
+            calib_learn(row->backend, dev, s->dtype, s->head_dim, s->threads, flops / (ms * 1e-3));
+            row->tflops = flops / (ms * 1e-3) / 1e12;
+            row->gbps = bytes / (ms * 1e-3) / 1e9;
+            row->intensity = flops / bytes;
+            if (di) {
+                /* the call's tensors plus the device memory the backend newly holds after this row's
+                 * calls (cudaMemGetInfo before and after). Workspace a backend cached on an earlier
+                 * row and allocations freed inside a call are not seen. */
+                const double used = gpu_used_bytes(dev);
+                const double es = s->dtype == FW_F32 ? 4.0 : 2.0;
+                const double tensors = es * (double)(r->q_elems + 2 * r->kv_elems + r->o_elems) +
+                                       (r->lse ? 4.0 * (double)(s->batch * s->heads * s->seqlen_q) : 0.0);
+                if (isfinite(used) && isfinite(mem_row_before))
+                    row->peak_mem_bytes = tensors + fmax(used - mem_row_before, 0);
+            }
+            fw_report_bench_row(stdout, row);
+        }
+        for (int d = 0; d < 2; d++)
+            if (have_run[d]) fw_run_free(&runs[d]);
+    }
+    fw_context_destroy(ctx);
+
+    int ran = 0, skipped = 0;
+    for (int i = 0; i < nrows; i++) {
+        ran += rows[i].status == FW_ROW_OK;
+        skipped += rows[i].status == FW_ROW_SKIPPED;
+    }
+    printf("%d ran, %d skipped, %d errors, %d over tolerance; %.1f s\n", ran, skipped, errors, fails,
+           fw_now_seconds() - start);
+    int wrc = 0;
+    if (cli.csv && fw_report_write_csv(cli.csv, rows, nrows)) wrc = 1;
+    if (cli.json && fw_report_write_json(cli.json, rows, nrows)) wrc = 1;
+    free(base); free(shapes); free(rows);
+    return errors || fails || wrc ? 1 : 0;
+}

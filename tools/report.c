@@ -1,0 +1,212 @@
+/* Table, CSV and JSON output for check and bench. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include "report.h"
+
+void fw_row_init(fw_row *r)
+{
+    memset(r, 0, sizeof *r);
+    r->ms = r->tflops = r->gbps = r->intensity = NAN;
+    r->max_abs_err = r->rel_l2 = r->tol = NAN;
+    r->peak_mem_bytes = NAN;
+    r->status = FW_ROW_OK;
+}
+
+static const char *mask_text(const fw_shape *s, char *buf, size_t len)
+{
+    const int win = s->window_left != FW_WINDOW_UNLIMITED || s->window_right != FW_WINDOW_UNLIMITED;
+    size_t n;
+    if (!win) n = (size_t)snprintf(buf, len, "%s", s->causal ? "causal" : "-");
+    else n = (size_t)snprintf(buf, len, "%sw%lld,%lld", s->causal ? "c+" : "", (long long)s->window_left,
+                              (long long)s->window_right);
+    if (s->layout_bshd && n < len) snprintf(buf + n, len - n, "/bshd");
+    return buf;
+}
+
+static const char *num(double x, const char *fmt, char *buf, size_t len)
+{
+    if (isnan(x)) snprintf(buf, len, "-");
+    else snprintf(buf, len, fmt, x);
+    return buf;
+}
+
+void fw_report_bench_header(FILE *f)
+{
+    fprintf(f, "%-14s %-6s %-4s %4s %4s %4s %6s %6s %4s %-7s %3s %10s %8s %8s %7s %9s %5s  %s\n", "backend",
+            "device", "dtype", "B", "H", "Hkv", "Lq", "Lk", "D", "mask", "thr", "ms", "TFLOP/s", "GB/s", "FLOP/B",
+            "max_err", "reps", "note");
+    fflush(f);
+}
+
+void fw_report_bench_row(FILE *f, const fw_row *r)
+{
+    char m[32], a[32], b[32], c[32], d[32];
+    const fw_shape *s = &r->s;
+    char err[40];
+    if (r->checked) snprintf(err, sizeof err, "%.2e%s", r->max_abs_err, r->pass ? "" : "!");
+    else snprintf(err, sizeof err, "-");
+    char reps[16];
+    if (r->status == FW_ROW_OK) snprintf(reps, sizeof reps, "%d", r->reps);
+    else snprintf(reps, sizeof reps, "-");
+    const char *note = r->note;
+    char buf[320];
+    if (r->status == FW_ROW_SKIPPED) { snprintf(buf, sizeof buf, "skipped: %s", r->note); note = buf; }
+    else if (r->status == FW_ROW_ERROR) { snprintf(buf, sizeof buf, "ERROR: %s", r->note); note = buf; }
+    else if (r->checked && !r->pass) { snprintf(buf, sizeof buf, "FAIL (tol %.2e)%s%s", r->tol, r->note[0] ? "; " : "", r->note); note = buf; }
+    char thr[16];
+    if (s->threads > 0) snprintf(thr, sizeof thr, "%d", s->threads);
+    else snprintf(thr, sizeof thr, "all");
+    fprintf(f, "%-14s %-6s %-4s %4lld %4lld %4lld %6lld %6lld %4lld %-7s %3s %10s %8s %8s %7s %9s %5s  %s\n",
+            r->backend, r->device, fw_dtype_name(s->dtype), (long long)s->batch, (long long)s->heads,
+            (long long)s->kv_heads, (long long)s->seqlen_q, (long long)s->seqlen_k, (long long)s->head_dim,
+            mask_text(s, m, sizeof m), r->device[0] == 'c' && r->device[1] == 'u' ? "-" : thr,
+            num(r->ms, "%.4f", a, sizeof a), num(r->tflops, r->tflops < 10 ? "%.3g" : "%.1f", b, sizeof b),
+            num(r->gbps, r->gbps < 10 ? "%.3g" : "%.1f", c, sizeof c), num(r->intensity, "%.1f", d, sizeof d), err, reps, note);
+    fflush(f);
+}
+
+void fw_report_check_header(FILE *f)
+{
+    fprintf(f, "%-14s %-7s %10s %10s %10s %9s  %s\n", "backend", "device", "max_abs", "rel_l2", "tol", "result", "note");
+    fflush(f);
+}
+
+void fw_report_check_row(FILE *f, const fw_row *r)
+{
+    char a[32], b[32], c[32];
+    const char *res = r->status == FW_ROW_SKIPPED ? "skipped" : r->status == FW_ROW_ERROR ? "ERROR"
+                    : r->pass ? "pass" : "FAIL";
+    fprintf(f, "%-14s %-7s %10s %10s %10s %9s  %s\n", r->backend, r->device, num(r->max_abs_err, "%.3e", a, sizeof a),
+            num(r->rel_l2, "%.3e", b, sizeof b), num(r->tol, "%.3e", c, sizeof c), res, r->note);
+    fflush(f);
+}
+
+static const char *status_text(fw_row_status s)
+{
+    return s == FW_ROW_OK ? "ok" : s == FW_ROW_SKIPPED ? "skipped" : "error";
+}
+
+/* ---- CSV ----------------------------------------------------------------------------------- */
+static void csv_num(FILE *f, double x)
+{
+    if (isfinite(x)) fprintf(f, ",%.9g", x);
+    else fputc(',', f);
+}
+
+static void csv_str(FILE *f, const char *s)
+{
+    fputs(",\"", f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int fw_report_write_csv(const char *path, const fw_row *rows, int n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "flashwatt: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "backend,device,dtype,batch,heads,kv_heads,seqlen_q,seqlen_k,head_dim,causal,window_left,window_right,"
+               "layout,threads,status,ms,tflops,gbps,intensity,max_abs_err,rel_l2,tol,pass,warmup,reps,peak_mem_bytes,note\n");
+    for (int i = 0; i < n; i++) {
+        const fw_row *r = &rows[i];
+        const fw_shape *s = &r->s;
+        fprintf(f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%lld,%lld,%s,%d,%s", r->backend, r->device,
+                fw_dtype_name(s->dtype), (long long)s->batch, (long long)s->heads, (long long)s->kv_heads,
+                (long long)s->seqlen_q, (long long)s->seqlen_k, (long long)s->head_dim, s->causal,
+                (long long)s->window_left, (long long)s->window_right, s->layout_bshd ? "bshd" : "bhsd", s->threads,
+                status_text(r->status));
+        csv_num(f, r->ms); csv_num(f, r->tflops); csv_num(f, r->gbps); csv_num(f, r->intensity);
+        csv_num(f, r->checked ? r->max_abs_err : NAN); csv_num(f, r->checked ? r->rel_l2 : NAN);
+        csv_num(f, r->checked ? r->tol : NAN);
+        if (r->checked) fprintf(f, ",%d", r->pass);
+        else fputc(',', f);
+        if (r->status == FW_ROW_OK) fprintf(f, ",%d,%d", r->warmup, r->reps);
+        else fputs(",,", f);
+        if (isfinite(r->peak_mem_bytes)) fprintf(f, ",%.0f", r->peak_mem_bytes);
+        else fputc(',', f);
+        csv_str(f, r->note);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "flashwatt: writing %s failed: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+static void json_num(FILE *f, const char *key, double x)
+{
+    if (isfinite(x)) fprintf(f, ", \"%s\": %.9g", key, x);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+static void json_str(FILE *f, const char *key, const char *s)
+{
+    fprintf(f, "\"%s\": \"", key);
+    for (; *s; s++) {
+        const unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+int fw_report_write_json(const char *path, const fw_row *rows, int n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "flashwatt: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fputs("[", f);
+    for (int i = 0; i < n; i++) {
+        const fw_row *r = &rows[i];
+        const fw_shape *s = &r->s;
+        fputs(i ? ",\n  {" : "\n  {", f);
+        json_str(f, "backend", r->backend);
+        fputs(", ", f);
+        json_str(f, "device", r->device);
+        fprintf(f, ", \"dtype\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"seqlen_q\": %lld, "
+                   "\"seqlen_k\": %lld, \"head_dim\": %lld, \"causal\": %s",
+                fw_dtype_name(s->dtype), (long long)s->batch, (long long)s->heads, (long long)s->kv_heads,
+                (long long)s->seqlen_q, (long long)s->seqlen_k, (long long)s->head_dim, s->causal ? "true" : "false");
+        if (s->window_left == FW_WINDOW_UNLIMITED) fputs(", \"window_left\": null", f);
+        else fprintf(f, ", \"window_left\": %lld", (long long)s->window_left);
+        if (s->window_right == FW_WINDOW_UNLIMITED) fputs(", \"window_right\": null", f);
+        else fprintf(f, ", \"window_right\": %lld", (long long)s->window_right);
+        fprintf(f, ", \"layout\": \"%s\", \"threads\": %d, \"status\": \"%s\"", s->layout_bshd ? "bshd" : "bhsd",
+                s->threads, status_text(r->status));
+        json_num(f, "ms", r->ms);
+        json_num(f, "tflops", r->tflops);
+        json_num(f, "gbps", r->gbps);
+        json_num(f, "intensity", r->intensity);
+        json_num(f, "max_abs_err", r->checked ? r->max_abs_err : NAN);
+        json_num(f, "rel_l2", r->checked ? r->rel_l2 : NAN);
+        json_num(f, "tol", r->checked ? r->tol : NAN);
+        if (r->checked) fprintf(f, ", \"pass\": %s", r->pass ? "true" : "false");
+        else fputs(", \"pass\": null", f);
+        if (r->status == FW_ROW_OK) fprintf(f, ", \"warmup\": %d, \"reps\": %d", r->warmup, r->reps);
+        else fputs(", \"warmup\": null, \"reps\": null", f);
+        if (strncmp(r->device, "cuda", 4) == 0) {
+            if (isfinite(r->peak_mem_bytes)) fprintf(f, ", \"peak_mem_bytes\": %.0f", r->peak_mem_bytes);
+            else fputs(", \"peak_mem_bytes\": null", f);
+        }
+        fputs(", ", f);
+        json_str(f, "note", r->note);
+        fputs("}", f);
+    }
+    fputs(n ? "\n]\n" : "]\n", f);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "flashwatt: writing %s failed: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* Output of check and bench: an aligned table on stdout, CSV and JSON files. */
+#ifndef FW_TOOLS_REPORT_H
+#define FW_TOOLS_REPORT_H
+
+#include <stdio.h>
+#include "suites.h"
+
+typedef enum fw_row_status { FW_ROW_OK = 0, FW_ROW_SKIPPED = 1, FW_ROW_ERROR = 2 } fw_row_status;
+
+/* One backend x shape. Absent numbers are NaN (written as null / empty). */
+typedef struct fw_row {
+    char backend[48];
+    char device[16];
+    fw_shape s;
+    fw_row_status status;
+    double ms, tflops, gbps, intensity;
+    double max_abs_err, rel_l2, tol; /* NaN when the reference was skipped */
+    int checked, pass;               /* checked: compared against the reference */
+    int warmup, reps;
+    double peak_mem_bytes;           /* NaN where not measured */
+    char note[256];
+} fw_row;
+
+void fw_row_init(fw_row *r);
+
+/* bench: the table, printed row by row as results come in (notes inline, last column). */
+void fw_report_bench_header(FILE *f);
+void fw_report_bench_row(FILE *f, const fw_row *r);
+
+/* check: one line per backend. */
+void fw_report_check_header(FILE *f);
+void fw_report_check_row(FILE *f, const fw_row *r);
+
+/* 0 on success; -1 after printing why to stderr. */
+int fw_report_write_csv(const char *path, const fw_row *rows, int n);
+int fw_report_write_json(const char *path, const fw_row *rows, int n);
+
+#endif

@@ -1,0 +1,140 @@
+/* The named workloads. Shapes follow /work/shared/anchors (seed000 = "seed", seed003, fa-grid)
+ * so that flashwatt's numbers sit beside the anchor tables row for row. */
+#include <stdio.h>
+#include <string.h>
+#include "suites.h"
+
+static fw_shape shape(int64_t b, int64_t h, int64_t l, int64_t d, fw_dtype t, int causal)
+{
+    fw_shape s;
+    memset(&s, 0, sizeof s);
+    s.batch = b; s.heads = h; s.kv_heads = h;
+    s.seqlen_q = l; s.seqlen_k = l; s.head_dim = d;
+    s.dtype = t; s.causal = causal;
+    s.window_left = FW_WINDOW_UNLIMITED;
+    s.window_right = FW_WINDOW_UNLIMITED;
+    return s;
+}
+
+#define PUSH(x) do { if (n < max) out[n++] = (x); } while (0)
+
+/* flashwatt bench with no options: B=1, H=8, D=64, L=512..2048, f32 on the cpu (under a minute on
+ * two cores); on a GPU the seed000 shapes in f32 and f16. */
+static int default_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    int n = 0;
+    static const int64_t L[] = {512, 1024, 2048};
+    if (dev == FW_DEVICE_CPU) {
+        for (int i = 0; i < 3; i++) PUSH(shape(1, 8, L[i], 64, FW_F32, 0));
+    } else {
+        for (int t = 0; t < 2; t++)
+            for (int i = 0; i < 3; i++) PUSH(shape(16, 8, L[i], 64, t ? FW_F16 : FW_F32, 0));
+    }
+    return n;
+}
+
+/* seed000: B=16, d_model=512, H=8 (D=64), L 128..2048, f32 and f16. */
+static int seed_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    (void)dev;
+    int n = 0;
+    static const int64_t L[] = {128, 256, 512, 1024, 2048};
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 5; i++) PUSH(shape(16, 8, L[i], 64, t ? FW_F16 : FW_F32, 0));
+    return n;
+}
+
+/* seed003: S = 128/512/1024, D=64, 8 heads, f32; batch 1 and 32 as in the anchors. */
+static int seed003_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    (void)dev;
+    int n = 0;
+    static const int64_t L[] = {128, 512, 1024};
+    static const int64_t B[] = {1, 32};
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 3; i++) PUSH(shape(B[b], 8, L[i], 64, FW_F32, 0));
+    return n;
+}
+
+/* FlashAttention's benchmark grid: 16k tokens per batch (B = 16384 / L), hidden 2048
+ * (H = 2048 / D), D = 64 and 128, L = 512..16384, bf16, causal and not. */
+static int fagrid_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    (void)dev;
+    int n = 0;
+    static const int64_t D[] = {64, 128};
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 2; c++)
+            for (int64_t l = 512; l <= 16384; l *= 2) PUSH(shape(16384 / l, 2048 / D[d], l, D[d], FW_BF16, c));
+    return n;
+}
+
+/* The CPU set: B=1, H=8, L=2048, D=64 and 128, f32/f16/bf16, causal and not (the ggml anchors). */
+static int cpu_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    (void)dev;
+    int n = 0;
+    static const fw_dtype T[] = {FW_F32, FW_F16, FW_BF16};
+    for (int d = 64; d <= 128; d *= 2)
+        for (int t = 0; t < 3; t++)
+            for (int c = 0; c < 2; c++) PUSH(shape(1, 8, 2048, d, T[t], c));
+    return n;
+}
+
+static const fw_suite suites[] = {
+    {"default", "what `flashwatt bench` runs with no options: cpu B=1 H=8 D=64 L=512,1024,2048 f32 "
+                "(cpu-flash, cpu-naive); on a GPU B=16 H=8 D=64 L=512..2048 f32,f16",
+     0, "cpu-flash,cpu-naive", NULL, default_shapes},
+    {"seed", "seed000: B=16 H=8 D=64 L=128,256,512,1024,2048, f32 and f16", 0, NULL, NULL, seed_shapes},
+    {"seed003", "seed003: B=1 and 32, H=8 D=64 S=128,512,1024, f32", 0, NULL, NULL, seed003_shapes},
+    {"fa-grid", "FlashAttention grid: 16k tokens, hidden 2048, D=64,128, L=512..16384, bf16, causal 0/1 (GPU)",
+     1, NULL, NULL, fagrid_shapes},
+    {"cpu", "CPU set: B=1 H=8 L=2048 D=64,128, f32/f16/bf16, causal 0/1", 0, NULL, NULL, cpu_shapes},
+};
+
+int fw_suite_count(void) { return (int)(sizeof suites / sizeof suites[0]); }
+
+const fw_suite *fw_suite_get(int i) { return i >= 0 && i < fw_suite_count() ? &suites[i] : NULL; }
+
+const fw_suite *fw_suite_find(const char *name)
+{
+    for (int i = 0; i < fw_suite_count(); i++)
+        if (!strcmp(suites[i].name, name)) return &suites[i];
+    return NULL;
+}
+
+const fw_suite *fw_suite_default(void) { return &suites[0]; }
+
+fw_case fw_shape_case(const fw_shape *s, fw_device device, uint64_t seed, int want_lse)
+{
+    fw_case c = fw_case_default();
+    c.batch = s->batch; c.heads = s->heads; c.kv_heads = s->kv_heads;
+    c.seqlen_q = s->seqlen_q; c.seqlen_k = s->seqlen_k; c.head_dim = s->head_dim;
+    c.dtype = s->dtype;
+    c.device = device;
+    c.layout_bshd = s->layout_bshd;
+    c.pad = 0;
+    c.params = fw_attn_params_default();
+    c.params.causal = s->causal;
+    c.params.window_left = s->window_left;
+    c.params.window_right = s->window_right;
+    c.seed = seed;
+    c.want_lse = want_lse;
+    c.tol_override = 0;
+    return c;
+}
+
+const char *fw_shape_text(const fw_shape *s, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "B=%lld H=%lld", (long long)s->batch, (long long)s->heads);
+    if (n < len && s->kv_heads != s->heads) n += (size_t)snprintf(buf + n, len - n, " Hkv=%lld", (long long)s->kv_heads);
+    if (n < len) n += (size_t)snprintf(buf + n, len - n, " L=%lld", (long long)s->seqlen_q);
+    if (n < len && s->seqlen_k != s->seqlen_q) n += (size_t)snprintf(buf + n, len - n, " Lk=%lld", (long long)s->seqlen_k);
+    if (n < len) n += (size_t)snprintf(buf + n, len - n, " D=%lld %s", (long long)s->head_dim, fw_dtype_name(s->dtype));
+    if (n < len && s->causal) n += (size_t)snprintf(buf + n, len - n, " causal");
+    if (n < len && (s->window_left != FW_WINDOW_UNLIMITED || s->window_right != FW_WINDOW_UNLIMITED))
+        n += (size_t)snprintf(buf + n, len - n, " window=%lld,%lld", (long long)s->window_left, (long long)s->window_right);
+    if (n < len && s->layout_bshd) n += (size_t)snprintf(buf + n, len - n, " bshd");
+    if (n < len && s->threads) snprintf(buf + n, len - n, " threads=%d", s->threads);
+    return buf;
+}
