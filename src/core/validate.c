@@ -49,6 +49,19 @@ static fw_status check_tensor(const char *name, const fw_tensor *t, int is_outpu
     if (t->stride[3] != 1 && t->size[3] > 1)
         FAIL(FW_ERR_INVALID_STRIDE, "%s.stride[3] (head_dim) is %lld; head_dim must be contiguous (stride 1)",
              name, (long long)t->stride[3]);
+    {   /* The span of the tensor must be addressable (< 2^62 bytes); this also keeps every offset
+         * computed below and in the backends free of int64 overflow. */
+        const int64_t limit = ((int64_t)1 << 62) / (int64_t)fw_dtype_size(t->dtype);
+        int64_t last = 0;
+        for (int d = 0; d < 4; d++) {
+            if (t->size[d] == 1 || t->stride[d] == 0) continue;
+            if (t->stride[d] > (limit - last) / (t->size[d] - 1))
+                FAIL(FW_ERR_INVALID_STRIDE,
+                     "%s.stride[%d] (%s) is %lld; with size %lld the tensor would span more than 2^62 bytes", name, d,
+                     dim_name[d], (long long)t->stride[d], (long long)t->size[d]);
+            last += t->stride[d] * (t->size[d] - 1);
+        }
+    }
     if (is_output) {
         /* No two elements of an output may share memory: sort dims by stride, each stride must
          * reach past everything spanned by the smaller ones. */
