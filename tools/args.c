@@ -54,6 +54,14 @@ static const opt opts[] = {
     {"csv", K_STR, 1, 0, OFF(csv)},
     {"json", K_STR, 1, 0, OFF(json)},
     {"list-suites", K_FLAG, 1, 0, OFF(list_suites)},
+    {"energy", K_CAUSAL, 1, 0, OFF(energy)},
+    {"cooldown", K_DOUBLE, 1, 0, OFF(cooldown_s)},
+    {"window-s", K_DOUBLE, 1, 0, OFF(window_s)},
+    {"plot", K_STR, 1, 0, OFF(plot)},
+    {"policy", K_STR, 1, 0, OFF(policy)},
+    {"budget-s", K_DOUBLE, 1, 0, OFF(budget_s)},
+    {"out", K_STR, 1, 0, OFF(out)},
+    {"precision", K_STR, 1, 0, OFF(precisions)},
 };
 
 int fw_args_dtype(const char *s, fw_dtype *out)
@@ -214,7 +222,11 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
         }
         /* a list is fine in check too: it runs several backends on one problem */
         for (int i = 0; i < n; i++) {
-            if (strcmp(tok[i], "all") != 0 && !known_backend(tok[i])) {
+            if (!strcmp(tok[i], "auto") && !lists) {
+                snprintf(err, err_len, "--backend auto (the scheduler's choice) is for `flashwatt bench`");
+                return 2;
+            }
+            if (strcmp(tok[i], "all") != 0 && strcmp(tok[i], "auto") != 0 && !known_backend(tok[i])) {
                 char names[512];
                 known_backends(names, sizeof names);
                 snprintf(err, err_len, "--backend: no backend '%s' in this build (known: %s, or all)", tok[i], names);
@@ -286,6 +298,9 @@ int fw_args_parse(int argc, char **argv, int first, int lists, fw_cli *cli, char
     cli->max_ref_s = 5.0;
     cli->max_call_s = 5.0;
     cli->seed = 1;
+    cli->cooldown_s = 5.0;
+    cli->window_s = 1.0;
+    cli->budget_s = 120.0;
     err[0] = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -384,6 +399,7 @@ int fw_args_plan(const fw_cli *cli, int gpu_default, const char *cpu_default_lis
     int named_all = 0;
     for (int i = 0; i < cli->backends.n; i++) {
         if (!strcmp(cli->backends.v[i], "all")) { named_all = 1; continue; }
+        if (!strcmp(cli->backends.v[i], "auto")) continue; /* the scheduler's choice: added below */
         fw_backend_info info;
         if (!backend_info(cli->backends.v[i], &info)) {
             snprintf(err, err_len, "no backend '%s' in this build", cli->backends.v[i]);
@@ -402,7 +418,7 @@ int fw_args_plan(const fw_cli *cli, int gpu_default, const char *cpu_default_lis
         }
     }
     /* named backends alone decide the device when --device is not given */
-    if (cli->backends.n && !named_all && !cli->have_device) {
+    if (cli->backends.n && plan->n > 0 && !named_all && !cli->have_device) {
         dev = plan->device[0];
         for (int i = 1; i < plan->n; i++)
             if (plan->device[i].kind != dev.kind) dev.kind = FW_DEVICE_CPU; /* mixed: host first */
@@ -419,6 +435,11 @@ int fw_args_plan(const fw_cli *cli, int gpu_default, const char *cpu_default_lis
         return 1;
     }
     if (named_all) add_usable(plan, dev, 1);
+    for (int i = 0; i < cli->backends.n; i++)
+        if (!strcmp(cli->backends.v[i], "auto") && plan_add(plan, "auto", dev)) {
+            snprintf(err, err_len, "too many backends");
+            return 2;
+        }
     if (!cli->backends.n) {
         const char *list = dev.kind == FW_DEVICE_CUDA ? cuda_default_list : cpu_default_list;
         if (list) {

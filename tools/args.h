@@ -42,6 +42,16 @@ typedef struct fw_cli {
     double max_call_s;  /* skip a backend x shape when one call would take longer (estimated) */
     const char *suite, *csv, *json;
     int list_suites;
+    /* energy (bench, tune) */
+    fw_ilist energy;    /* --energy [0|1]: n == 0 = auto (on where a GPU with NVML power is present) */
+    double cooldown_s;  /* --cooldown S: bounded wait for the idle baseline before each window (default 5) */
+    double window_s;    /* --window-s S: energy window of back-to-back calls (default 1.0, at least 1) */
+    const char *plot;   /* --plot DIR (bench) */
+    const char *policy; /* --policy fastest | min-energy | cap:W[,temp:C][,reduced:BUDGET] for "auto" */
+    /* tune */
+    double budget_s;    /* --budget-s S: total time cap (default 120) */
+    const char *out;    /* --out FILE: the tuning table (default $FLASHWATT_TUNING or ~/.cache/...) */
+    const char *precisions; /* --precision LIST for f32 buckets: exact,tf32,3xtf32,bf16 (default all) */
     int help;
 } fw_cli;
 

@@ -6,12 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include "flashwatt.h"
 #include "args.h"
 #include "commands.h"
 #include "fw_harness.h"
 #include "report.h"
 #include "suites.h"
+#include "energy.h"
+#include "sched/sched.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -173,6 +176,81 @@ static int clampi(double x, int lo, int hi)
     return (int)x;
 }
 
+/* ---- energy: calls for the window ------------------------------------------------------- */
+typedef struct bench_arg {
+    fw_run *r;
+    fw_context *ctx;
+    int cuda_index;
+} bench_arg;
+
+static fw_status bench_call(void *a)
+{
+    bench_arg *b = (bench_arg *)a;
+    return fw_attention_forward(b->ctx, &b->r->q, &b->r->k, &b->r->v, &b->r->o, b->r->lse, &b->r->c.params);
+}
+
+static fw_status bench_sync(void *a) { return fw_device_sync(((bench_arg *)a)->cuda_index); }
+
+/* --policy fastest | min-energy | cap:W, each optionally followed by ,temp:C and ,reduced:BUDGET */
+static int fw_parse_policy(const char *s, fw_policy *p, char *err, size_t len)
+{
+    *p = fw_policy_default();
+    if (!s) return 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *end = NULL;
+        if (!strcmp(tok, "fastest")) p->objective = FW_OBJECTIVE_FASTEST;
+        else if (!strcmp(tok, "min-energy")) p->objective = FW_OBJECTIVE_MIN_ENERGY;
+        else if (!strncmp(tok, "cap:", 4) && (p->power_cap_w = strtod(tok + 4, &end)) > 0 && !*end)
+            p->objective = FW_OBJECTIVE_POWER_CAP;
+        else if (!strncmp(tok, "temp:", 5) && (p->temperature_limit_c = strtod(tok + 5, &end)) > 0 && !*end) {
+        } else if (!strncmp(tok, "reduced:", 8) && (p->error_budget = strtod(tok + 8, &end)) >= 0 && !*end)
+            p->allow_reduced_precision = 1;
+        else {
+            snprintf(err, len, "--policy: '%s' is not fastest, min-energy, cap:W, temp:C or reduced:BUDGET", tok);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* --plot DIR: bench/plot.py on the JSON (found beside the build directory or in the cwd). */
+static int make_plots(const char *json, const char *dir)
+{
+    char script[1200] = "";
+    const char *env = getenv("FLASHWATT_PLOT_SCRIPT");
+    if (env && env[0]) snprintf(script, sizeof script, "%s", env);
+    else {
+        char exe[1024];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            exe[n] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = 0;
+            snprintf(script, sizeof script, "%s/../bench/plot.py", exe);
+        }
+        if (!script[0] || access(script, R_OK) != 0) snprintf(script, sizeof script, "bench/plot.py");
+    }
+    if (access(script, R_OK) != 0) {
+        fprintf(stderr, "flashwatt bench: --plot: cannot find bench/plot.py (set FLASHWATT_PLOT_SCRIPT); JSON is at %s\n",
+                json);
+        return 1;
+    }
+    if (system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "flashwatt bench: --plot: matplotlib is missing here (python3 -c 'import matplotlib' failed): "
+                        "no plots made. The JSON is at %s; make them elsewhere with: python3 bench/plot.py %s DIR\n",
+                json, json);
+        return 1;
+    }
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s'", script, json, dir);
+    const int rc = system(cmd);
+    if (rc != 0) fprintf(stderr, "flashwatt bench: --plot: %s failed (status %d)\n", cmd, rc);
+    else printf("plots written to %s\n", dir);
+    return rc != 0;
+}
+
 static void list_suites(void)
 {
     printf("suites (flashwatt bench --suite NAME):\n");
@@ -226,6 +304,21 @@ int fw_cmd_bench(int argc, char **argv)
         return rc;
     }
 
+    fw_policy policy;
+    if (fw_parse_policy(cli.policy, &policy, err, sizeof err)) {
+        fprintf(stderr, "flashwatt bench: %s\n", err);
+        return 2;
+    }
+    /* energy: on by default where a GPU power reading exists (decided at the first GPU row) */
+    const int energy_asked = cli.energy.n ? (int)cli.energy.v[0] : -1;
+    if (energy_asked == 1) {
+        int gpu_rows = 0;
+        for (int i = 0; i < plan.n; i++) gpu_rows |= plan.device[i].kind == FW_DEVICE_CUDA;
+        if (!gpu_rows)
+            fprintf(stderr, "flashwatt bench: --energy: energy is measured on GPU rows only (NVML); these rows are on "
+                            "the cpu: energy n/a\n");
+    }
+
     fw_shape *base = (fw_shape *)calloc(MAX_SHAPES, sizeof *base);
     fw_shape *shapes = (fw_shape *)calloc(MAX_SHAPES, sizeof *shapes);
     fw_row *rows = (fw_row *)calloc(MAX_ROWS, sizeof *rows);
@@ -265,15 +358,30 @@ int fw_cmd_bench(int argc, char **argv)
         if (plan.device[i].kind == FW_DEVICE_CUDA) { fw_args_device_name(plan.device[i], devname, sizeof devname); break; }
     printf("%s%s%s; cpu simd %s, %ld cores; flashwatt %s\n", any_cpu ? "cpu" : "", any_cpu && any_cuda ? " + " : "",
            any_cuda ? devname : "", fw_cpu_simd_level(), cores, fw_version());
+    /* the idle baseline is taken before any GPU work of this run (the cool-downs wait for it) */
+    if (energy_asked != 0 && any_cuda) {
+        for (int i = 0; i < plan.n; i++)
+            if (plan.device[i].kind == FW_DEVICE_CUDA) {
+                int g = -1;
+                double idle = 0;
+                char ewhy[256] = "";
+                if (fw_energy_session(plan.device[i].index, &g, &idle, ewhy, sizeof ewhy))
+                    printf("energy: idle baseline %.1f W (NVML %d), cool-down <= %.1f s, windows %.1f s\n", idle, g,
+                           cli.cooldown_s, cli.window_s);
+                else
+                    printf("energy: n/a (%s)\n", ewhy);
+                break;
+            }
+    }
     fw_report_bench_header(stdout);
 
     fw_context *ctx = NULL;
-    if (fw_context_create(&ctx) != FW_OK) {
+    if (fw_context_create(&ctx) != FW_OK || fw_context_set_policy(ctx, &policy) != FW_OK) {
         fprintf(stderr, "flashwatt bench: cannot create a context\n");
         free(base); free(shapes); free(rows);
         return 1;
     }
-    int nrows = 0, errors = 0, fails = 0, done = 0;
+    int nrows = 0, errors = 0, fails = 0, done = 0, energy_warned = 0;
     const int total = nshapes * plan.n;
     const double start = fw_now_seconds();
     for (int si = 0; si < nshapes; si++) {
@@ -301,8 +409,10 @@ int fw_cmd_bench(int argc, char **argv)
 
             fw_backend_info info;
             memset(&info, 0, sizeof info);
-            for (int b = 0; b < fw_backend_count(); b++)
+            const int is_auto = !strcmp(row->backend, "auto"); /* the scheduler's choice */
+            for (int b = 0; b < fw_backend_count() && !is_auto; b++)
                 if (fw_backend_get_info(b, &info) == FW_OK && !strcmp(info.name, row->backend)) break;
+            if (is_auto) info.usable = 1;
             if (!info.usable) {
                 row->status = FW_ROW_SKIPPED;
                 snprintf(row->note, sizeof row->note, "not usable here: %.230s", info.why_not);
@@ -323,7 +433,8 @@ int fw_cmd_bench(int argc, char **argv)
             }
             fw_run *r = &runs[di];
             char why[512];
-            if (fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
+            if (!is_auto &&
+                fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
                 row->status = FW_ROW_SKIPPED;
                 snprintf(row->note, sizeof row->note, "unsupported: %.240s", why);
                 fw_report_bench_row(stdout, row);
@@ -448,6 +559,46 @@ int fw_cmd_bench(int argc, char **argv)
                                        (r->lse ? 4.0 * (double)(s->batch * s->heads * s->seqlen_q) : 0.0);
                 if (isfinite(used) && isfinite(mem_row_before))
                     row->peak_mem_bytes = tensors + fmax(used - mem_row_before, 0);
+                /* energy window: cool-down (bounded), warm-up, >= 1 s of back-to-back calls */
+                if (energy_asked != 0) {
+                    int gpu = -1;
+                    double idle_w = 0;
+                    char ewhy[256] = "";
+                    fw_telemetry *tel = fw_energy_session(dev.index, &gpu, &idle_w, ewhy, sizeof ewhy);
+                    if (!tel && energy_asked == 1 && !energy_warned) {
+                        energy_warned = 1;
+                        fprintf(stderr, "flashwatt bench: --energy: no GPU power telemetry here (%s): energy n/a\n", ewhy);
+                    }
+                    if (tel) {
+                        bench_arg ba = {r, ctx, dev.index};
+                        fw_emeas m;
+                        fw_status es = fw_energy_measure(tel, gpu, idle_w, cli.cooldown_s, 0.5, cli.window_s, ms * 1e-3,
+                                                         bench_call, bench_sync, &ba, &m);
+                        if (es == FW_OK && m.valid) {
+                            row->watts_avg = m.watts_avg;
+                            row->joules_per_call = m.joules_per_call;
+                            row->gflops_per_watt = flops / m.joules_per_call / 1e9;
+                            row->energy_source = m.source;
+                        }
+                        if (es == FW_OK && m.peak_valid) row->watts_peak = m.watts_peak;
+                        if (es == FW_OK && m.std_valid) row->watts_std = m.watts_std;
+                        row->idle_w = m.idle_w;
+                        row->power_trace = m.trace;
+                        row->ntrace = m.ntrace;
+                        m.trace = NULL;
+                        if (es != FW_OK || m.note[0]) {
+                            size_t nl = strlen(row->note);
+                            snprintf(row->note + nl, sizeof row->note - nl, "%s%s", nl ? "; " : "",
+                                     es != FW_OK ? "energy window failed" : m.note);
+                        }
+                        fw_emeas_free(&m);
+                    }
+                }
+            }
+            if (is_auto) {
+                size_t nl = strlen(row->note);
+                snprintf(row->note + nl, sizeof row->note - nl, "%sran %s: %.200s", nl ? "; " : "",
+                         fw_context_last_backend(ctx), fw_sched_last_choice(ctx));
             }
             fw_report_bench_row(stdout, row);
         }
@@ -466,6 +617,18 @@ int fw_cmd_bench(int argc, char **argv)
     int wrc = 0;
     if (cli.csv && fw_report_write_csv(cli.csv, rows, nrows)) wrc = 1;
     if (cli.json && fw_report_write_json(cli.json, rows, nrows)) wrc = 1;
+    if (cli.plot) {
+        char json[1200];
+        mkdir(cli.plot, 0755);
+        if (cli.json) snprintf(json, sizeof json, "%s", cli.json);
+        else {
+            snprintf(json, sizeof json, "%s/bench.json", cli.plot);
+            if (fw_report_write_json(json, rows, nrows)) wrc = 1;
+        }
+        if (make_plots(json, cli.plot)) wrc = 1;
+    }
+    for (int i = 0; i < nrows; i++) fw_row_free(&rows[i]);
+    fw_energy_session_close();
     free(base); free(shapes); free(rows);
     return errors || fails || wrc ? 1 : 0;
 }

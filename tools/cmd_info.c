@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include "flashwatt.h"
 #include "commands.h"
+#include "sched/sched.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -91,6 +92,15 @@ int fw_cmd_info(int argc, char **argv)
 #endif
             printf("  cuda:%d\n", i);
         }
+    }
+    /* the tuning table the scheduler reads (flashwatt tune writes it) */
+    fw_context *ctx = NULL;
+    char path[1024];
+    fw_sched_table_path(path, sizeof path);
+    printf("tuning:   %s\n", path);
+    if (fw_context_create(&ctx) == FW_OK) {
+        printf("          %s\n", fw_sched_table_status(ctx));
+        fw_context_destroy(ctx);
     }
     return 0;
 }

@@ -10,10 +10,12 @@ int fw_cmd_info(int argc, char **argv);    /* tools/cmd_info.c */
 int fw_cmd_check(int argc, char **argv);   /* tools/cmd_check.c */
 int fw_cmd_bench(int argc, char **argv);   /* tools/cmd_bench.c */
 int fw_cmd_monitor(int argc, char **argv); /* tools/cmd_monitor.c */
+int fw_cmd_tune(int argc, char **argv);    /* tools/cmd_tune.c */
 
 /* Usage texts (tools/main.c). */
 void fw_usage(FILE *f);
 void fw_usage_check(FILE *f);
 void fw_usage_bench(FILE *f);
+void fw_usage_tune(FILE *f); /* tools/cmd_tune.c */
 
 #endif

@@ -1,4 +1,4 @@
-/* flashwatt: the command. `flashwatt <info|check|bench|monitor> [flags]`. */
+/* flashwatt: the command. `flashwatt <info|check|bench|tune|monitor> [flags]`. */
 #include <stdio.h>
 #include <string.h>
 #include "flashwatt.h"
@@ -17,6 +17,8 @@ void fw_usage(FILE *f)
             "            the float64 reference (cpu-ref); exit 0 only if every backend passes\n"
             "  bench     time backends over shapes or a named suite: ms, TFLOP/s, GB/s, FLOP/byte,\n"
             "            error against the reference; table on stdout, --csv / --json files\n"
+            "  tune      measure every configuration of every backend per problem bucket (time, error,\n"
+            "            J/call, watts) and write the tuning table the scheduler reads\n"
             "  monitor   live GPU telemetry\n"
             "\n"
             "`flashwatt <command> --help` lists the command's flags.\n"
@@ -79,7 +81,16 @@ void fw_usage_bench(FILE *f)
             "  --max-call-s S    skip a backend x shape when one call would take longer than S seconds\n"
             "                    (estimated from a small calibration run; default 5; 0 = no limit)\n"
             "  --csv FILE        also write the rows as CSV\n"
-            "  --json FILE       also write the rows as a JSON array of objects\n",
+            "  --json FILE       also write the rows as a JSON array of objects\n"
+            "  --energy [0|1]    energy per call on GPU rows: a >= 1 s window of back-to-back calls after\n"
+            "                    a bounded cool-down and a warm-up; W avg/peak/std, J/call, GFLOP/s per W\n"
+            "                    (default: on where a GPU power reading exists; n/a elsewhere, never 0)\n"
+            "  --cooldown S      longest wait for the idle baseline before each window (default 5)\n"
+            "  --window-s S      energy window length in seconds (default 1, at least 1)\n"
+            "  --plot DIR        PNG plots (latency, TFLOP/s, power trace, J/call, roofline) by\n"
+            "                    bench/plot.py (needs python3 + matplotlib; says so if missing)\n"
+            "  --policy P        for --backend auto (the scheduler's choice): fastest | min-energy |\n"
+            "                    cap:W, each optionally with ,temp:C and ,reduced:BUDGET\n",
             shape_flags);
 }
 
@@ -89,6 +100,7 @@ int main(int argc, char **argv)
         if (argc >= 3 && !strcmp(argv[1], "help")) {
             if (!strcmp(argv[2], "check")) { fw_usage_check(stdout); return 0; }
             if (!strcmp(argv[2], "bench")) { fw_usage_bench(stdout); return 0; }
+            if (!strcmp(argv[2], "tune")) { fw_usage_tune(stdout); return 0; }
         }
         fw_usage(stdout);
         return 0;
@@ -102,6 +114,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check")) return fw_cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return fw_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "monitor")) return fw_cmd_monitor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tune")) return fw_cmd_tune(argc - 1, argv + 1);
     fprintf(stderr, "flashwatt: unknown command '%s'\n\n", cmd);
     fw_usage(stderr);
     return 2;

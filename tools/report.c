@@ -1,6 +1,7 @@
 /* Table, CSV and JSON output for check and bench. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "report.h"
 
@@ -10,7 +11,15 @@ void fw_row_init(fw_row *r)
     r->ms = r->tflops = r->gbps = r->intensity = NAN;
     r->max_abs_err = r->rel_l2 = r->tol = NAN;
     r->peak_mem_bytes = NAN;
+    r->watts_avg = r->watts_peak = r->joules_per_call = r->gflops_per_watt = r->watts_std = r->idle_w = NAN;
     r->status = FW_ROW_OK;
+}
+
+void fw_row_free(fw_row *r)
+{
+    free(r->power_trace);
+    r->power_trace = NULL;
+    r->ntrace = 0;
 }
 
 static const char *mask_text(const fw_shape *s, char *buf, size_t len)
@@ -33,9 +42,9 @@ static const char *num(double x, const char *fmt, char *buf, size_t len)
 
 void fw_report_bench_header(FILE *f)
 {
-    fprintf(f, "%-14s %-6s %-4s %4s %4s %4s %6s %6s %4s %-7s %3s %10s %8s %8s %7s %9s %5s  %s\n", "backend",
-            "device", "dtype", "B", "H", "Hkv", "Lq", "Lk", "D", "mask", "thr", "ms", "TFLOP/s", "GB/s", "FLOP/B",
-            "max_err", "reps", "note");
+    fprintf(f, "%-14s %-6s %-4s %4s %4s %4s %6s %6s %4s %-7s %3s %10s %8s %8s %7s %9s %5s %6s %6s %9s %7s  %s\n",
+            "backend", "device", "dtype", "B", "H", "Hkv", "Lq", "Lk", "D", "mask", "thr", "ms", "TFLOP/s", "GB/s",
+            "FLOP/B", "max_err", "reps", "W_avg", "W_pk", "J/call", "GF/W", "note");
     fflush(f);
 }
 
@@ -57,12 +66,21 @@ void fw_report_bench_row(FILE *f, const fw_row *r)
     char thr[16];
     if (s->threads > 0) snprintf(thr, sizeof thr, "%d", s->threads);
     else snprintf(thr, sizeof thr, "all");
-    fprintf(f, "%-14s %-6s %-4s %4lld %4lld %4lld %6lld %6lld %4lld %-7s %3s %10s %8s %8s %7s %9s %5s  %s\n",
+    char wa[32], wp[32], jc[32], gw[32];
+    num(r->watts_avg, "%.0f", wa, sizeof wa);
+    num(r->watts_peak, "%.0f", wp, sizeof wp);
+    num(r->joules_per_call, "%.3e", jc, sizeof jc);
+    num(r->gflops_per_watt, "%.1f", gw, sizeof gw);
+    if (!isfinite(r->watts_avg)) snprintf(wa, sizeof wa, "n/a");
+    if (!isfinite(r->watts_peak)) snprintf(wp, sizeof wp, "n/a");
+    if (!isfinite(r->joules_per_call)) snprintf(jc, sizeof jc, "n/a");
+    if (!isfinite(r->gflops_per_watt)) snprintf(gw, sizeof gw, "n/a");
+    fprintf(f, "%-14s %-6s %-4s %4lld %4lld %4lld %6lld %6lld %4lld %-7s %3s %10s %8s %8s %7s %9s %5s %6s %6s %9s %7s  %s\n",
             r->backend, r->device, fw_dtype_name(s->dtype), (long long)s->batch, (long long)s->heads,
             (long long)s->kv_heads, (long long)s->seqlen_q, (long long)s->seqlen_k, (long long)s->head_dim,
             mask_text(s, m, sizeof m), r->device[0] == 'c' && r->device[1] == 'u' ? "-" : thr,
             num(r->ms, "%.4f", a, sizeof a), num(r->tflops, r->tflops < 10 ? "%.3g" : "%.1f", b, sizeof b),
-            num(r->gbps, r->gbps < 10 ? "%.3g" : "%.1f", c, sizeof c), num(r->intensity, "%.1f", d, sizeof d), err, reps, note);
+            num(r->gbps, r->gbps < 10 ? "%.3g" : "%.1f", c, sizeof c), num(r->intensity, "%.1f", d, sizeof d), err, reps, wa, wp, jc, gw, note);
     fflush(f);
 }
 
@@ -112,7 +130,8 @@ int fw_report_write_csv(const char *path, const fw_row *rows, int n)
         return -1;
     }
     fprintf(f, "backend,device,dtype,batch,heads,kv_heads,seqlen_q,seqlen_k,head_dim,causal,window_left,window_right,"
-               "layout,threads,status,ms,tflops,gbps,intensity,max_abs_err,rel_l2,tol,pass,warmup,reps,peak_mem_bytes,note\n");
+               "layout,threads,status,ms,tflops,gbps,intensity,max_abs_err,rel_l2,tol,pass,warmup,reps,peak_mem_bytes,"
+               "watts_avg,watts_peak,joules_per_call,gflops_per_watt,watts_std,note\n");
     for (int i = 0; i < n; i++) {
         const fw_row *r = &rows[i];
         const fw_shape *s = &r->s;
@@ -130,6 +149,8 @@ int fw_report_write_csv(const char *path, const fw_row *rows, int n)
         else fputs(",,", f);
         if (isfinite(r->peak_mem_bytes)) fprintf(f, ",%.0f", r->peak_mem_bytes);
         else fputc(',', f);
+        csv_num(f, r->watts_avg); csv_num(f, r->watts_peak); csv_num(f, r->joules_per_call);
+        csv_num(f, r->gflops_per_watt); csv_num(f, r->watts_std);
         csv_str(f, r->note);
         fputc('\n', f);
     }
@@ -198,6 +219,22 @@ int fw_report_write_json(const char *path, const fw_row *rows, int n)
         if (strncmp(r->device, "cuda", 4) == 0) {
             if (isfinite(r->peak_mem_bytes)) fprintf(f, ", \"peak_mem_bytes\": %.0f", r->peak_mem_bytes);
             else fputs(", \"peak_mem_bytes\": null", f);
+        }
+        json_num(f, "watts_avg", r->watts_avg);
+        json_num(f, "watts_peak", r->watts_peak);
+        json_num(f, "joules_per_call", r->joules_per_call);
+        json_num(f, "gflops_per_watt", r->gflops_per_watt);
+        json_num(f, "watts_std", r->watts_std);
+        json_num(f, "idle_w", r->idle_w);
+        if (r->energy_source) fprintf(f, ", \"energy_source\": \"%s\"", r->energy_source);
+        else fputs(", \"energy_source\": null", f);
+        if (r->power_trace && r->ntrace > 0) {
+            fputs(", \"power_trace\": [", f);
+            for (int k = 0; k < r->ntrace; k++)
+                fprintf(f, "%s[%.4f, %.2f]", k ? ", " : "", r->power_trace[k][0], r->power_trace[k][1]);
+            fputs("]", f);
+        } else {
+            fputs(", \"power_trace\": null", f);
         }
         fputs(", ", f);
         json_str(f, "note", r->note);

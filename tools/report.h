@@ -18,10 +18,18 @@ typedef struct fw_row {
     int checked, pass;               /* checked: compared against the reference */
     int warmup, reps;
     double peak_mem_bytes;           /* NaN where not measured */
+    /* energy (NaN / n/a where there is no GPU telemetry or --energy 0): an energy window of >= 1 s
+     * of back-to-back calls after a bounded cool-down and a warm-up (tools/energy.h) */
+    double watts_avg, watts_peak, joules_per_call, gflops_per_watt, watts_std;
+    double idle_w;                   /* the baseline the cool-down waited for */
+    const char *energy_source;       /* "counter", "sampled", or NULL */
+    int ntrace;
+    double (*power_trace)[2];        /* [t_s, W] samples inside the window (malloc'd, may be NULL) */
     char note[256];
 } fw_row;
 
 void fw_row_init(fw_row *r);
+void fw_row_free(fw_row *r); /* the power trace */
 
 /* bench: the table, printed row by row as results come in (notes inline, last column). */
 void fw_report_bench_header(FILE *f);

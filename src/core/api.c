@@ -123,7 +123,12 @@ fw_status fw_context_create(fw_context **ctx)
     return FW_OK;
 }
 
-void fw_context_destroy(fw_context *ctx) { free(ctx); }
+void fw_context_destroy(fw_context *ctx)
+{
+    if (!ctx) return;
+    fw_sched_state_free(ctx->sched);
+    free(ctx);
+}
 
 fw_status fw_context_set_backend(fw_context *ctx, const char *backend)
 {
@@ -175,6 +180,7 @@ fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision)
         return FW_ERR_INVALID_VALUE;
     }
     ctx->precision = precision;
+    fw_sched_policy_changed(ctx);
     return FW_OK;
 }
 
@@ -202,6 +208,7 @@ fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy)
         return FW_ERR_INVALID_VALUE;
     }
     ctx->policy = *policy;
+    fw_sched_policy_changed(ctx);
     return FW_OK;
 }
 
@@ -234,6 +241,7 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
         set_error(ctx, msg);
         return st;
     }
+    p->precision = cfg.precision; /* the table may run an f32 call in a reduced mode the policy allows */
     fw_exec ex;
     msg[0] = 0;
     ex.threads = resolve_threads(ctx);
@@ -247,6 +255,7 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
         set_error(ctx, full);
         return st;
     }
+    if (pass == FW_PASS_FORWARD) fw_sched_after_launch(ctx, p);
     ctx->last_backend = b->name;
     ctx->last_error[0] = 0;
     return FW_OK;

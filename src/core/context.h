@@ -4,6 +4,8 @@
 
 #include "flashwatt.h"
 
+struct fw_sched_state; /* src/sched/sched.c: tuning table, telemetry, controllers, pacing event */
+
 struct fw_context {
     char backend[64]; /* "auto" or a backend name */
     int threads;      /* 0 = all online cores */
@@ -12,6 +14,7 @@ struct fw_context {
     fw_policy policy;
     char last_error[1024];
     const char *last_backend;
+    struct fw_sched_state *sched; /* created on the first scheduled call; NULL before */
 };
 
 #endif

@@ -9,8 +9,31 @@
 #include <string.h>
 #include "tuning_table.h"
 
-#define TT_HEADER "# flashwatt tuning table v1"
-#define TT_FIELDS 14
+#define TT_HEADER "# flashwatt tuning table v2"
+#define TT_HEADER_V1 "# flashwatt tuning table v1"
+#define TT_FIELDS 17
+#define TT_FIELDS_V1 14
+
+const char *fw_precision_name(fw_precision p)
+{
+    switch (p) {
+    case FW_PRECISION_EXACT: return "exact";
+    case FW_PRECISION_TF32: return "tf32";
+    case FW_PRECISION_3XTF32: return "3xtf32";
+    case FW_PRECISION_BF16: return "bf16";
+    }
+    return "?";
+}
+
+int fw_precision_parse(const char *s, fw_precision *out)
+{
+    for (int i = FW_PRECISION_EXACT; i <= FW_PRECISION_BF16; i++)
+        if (s && strcmp(s, fw_precision_name((fw_precision)i)) == 0) {
+            *out = (fw_precision)i;
+            return 0;
+        }
+    return -1;
+}
 
 int64_t fw_tune_bucket(int64_t x)
 {
@@ -38,13 +61,15 @@ fw_tune_key fw_tune_key_make(const char *device, fw_dtype dtype, int head_dim, i
     k.bh = fw_tune_bucket(batch_heads);
     k.lq = fw_tune_bucket(lq);
     k.lk = fw_tune_bucket(lk);
+    k.group = 1;
     return k;
 }
 
 int fw_tune_key_equal(const fw_tune_key *a, const fw_tune_key *b)
 {
     return strcmp(a->device, b->device) == 0 && a->dtype == b->dtype && a->head_dim == b->head_dim &&
-           a->causal == b->causal && a->bh == b->bh && a->lq == b->lq && a->lk == b->lk;
+           a->causal == b->causal && a->bh == b->bh && a->lq == b->lq && a->lk == b->lk &&
+           (a->group > 1 ? a->group : 1) == (b->group > 1 ? b->group : 1);
 }
 
 void fw_tune_init(fw_tuning_table *t) { memset(t, 0, sizeof *t); }
@@ -63,13 +88,16 @@ fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *in)
     if (!t || !in) return FW_ERR_NULL_ARGUMENT;
     if (!(isfinite(in->ms) && in->ms > 0) || !ok_value(in->j_per_call) || !ok_value(in->avg_w) || !ok_value(in->peak_w))
         return FW_ERR_INVALID_VALUE;
+    if (in->precision < FW_PRECISION_EXACT || in->precision > FW_PRECISION_BF16 || (in->err_valid && !ok_value(in->err)))
+        return FW_ERR_INVALID_VALUE;
     fw_tune_entry e = *in;
     copy_clean(e.key.device, sizeof e.key.device, in->key.device);
     copy_clean(e.backend, sizeof e.backend, in->backend);
     copy_clean(e.config, sizeof e.config, in->config);
     for (int i = 0; i < t->n; i++) {
         fw_tune_entry *x = &t->e[i];
-        if (fw_tune_key_equal(&x->key, &e.key) && strcmp(x->backend, e.backend) == 0 && strcmp(x->config, e.config) == 0) {
+        if (fw_tune_key_equal(&x->key, &e.key) && strcmp(x->backend, e.backend) == 0 && strcmp(x->config, e.config) == 0 &&
+            x->precision == e.precision) {
             *x = e;
             return FW_OK;
         }
@@ -94,7 +122,10 @@ int fw_tune_frontier(const fw_tuning_table *t, const fw_tune_key *k, fw_frontier
         if (!fw_tune_key_equal(&e->key, k)) continue;
         fw_frontier_point *p = &out[n++];
         memset(p, 0, sizeof *p);
-        snprintf(p->name, sizeof p->name, "%.31s%s%.31s", e->backend, e->config[0] ? " " : "", e->config);
+        const char *pn = fw_precision_name(e->precision);
+        const int tag_prec = e->precision != FW_PRECISION_EXACT && !strstr(e->config, pn);
+        snprintf(p->name, sizeof p->name, "%.31s%s%.24s%s%s", e->backend, e->config[0] ? " " : "", e->config,
+                 tag_prec ? " " : "", tag_prec ? pn : "");
         p->tag = i;
         p->ms = e->ms;
         p->j_per_call = e->j_per_call;
@@ -122,7 +153,8 @@ fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, si
         snprintf(why, why_len, "cannot write %s: %s", tmp, strerror(errno));
         return FW_ERR_INVALID_VALUE;
     }
-    fprintf(f, "%s\n# device\tdtype\thead_dim\tcausal\tbh\tlq\tlk\tbackend\tconfig\tms\tj_per_call\tavg_w\tpeak_w\tstamp\n",
+    fprintf(f, "%s\n# device\tdtype\thead_dim\tcausal\tbh\tlq\tlk\tbackend\tconfig\tms\tj_per_call\tavg_w\tpeak_w\tstamp"
+               "\tprecision\terr\tgroup\n",
             TT_HEADER);
     for (int i = 0; i < t->n; i++) {
         const fw_tune_entry *e = &t->e[i];
@@ -132,7 +164,10 @@ fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, si
         put_num(f, e->j_per_call);
         put_num(f, e->avg_w);
         put_num(f, e->peak_w);
-        fprintf(f, "\t%lld\n", (long long)e->stamp);
+        fprintf(f, "\t%lld\t%s", (long long)e->stamp, fw_precision_name(e->precision));
+        if (e->err_valid) fprintf(f, "\t%.6g", e->err);
+        else fprintf(f, "\tn/a");
+        fprintf(f, "\t%lld\n", (long long)(e->key.group > 1 ? e->key.group : 1));
     }
     int bad = ferror(f);
     if (fclose(f) != 0) bad = 1;
@@ -181,7 +216,7 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
     fw_tuning_table add;
     fw_tune_init(&add);
     char line[2048];
-    int lineno = 0;
+    int lineno = 0, version = 2;
     fw_status st = FW_OK;
     while (fgets(line, sizeof line, f)) {
         lineno++;
@@ -194,8 +229,9 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
         }
         if (len && line[len - 1] == '\r') line[--len] = 0;
         if (lineno == 1) {
-            if (strcmp(line, TT_HEADER) != 0) {
-                snprintf(why, why_len, "%s: not a flashwatt tuning table v1 (first line '%.60s')", path, line);
+            if (strcmp(line, TT_HEADER_V1) == 0) version = 1;
+            else if (strcmp(line, TT_HEADER) != 0) {
+                snprintf(why, why_len, "%s: not a flashwatt tuning table v1 or v2 (first line '%.60s')", path, line);
                 st = FW_ERR_INVALID_VALUE;
                 break;
             }
@@ -206,7 +242,7 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
         int nf = 0;
         char *p = line;
         for (;;) {
-            if (nf == TT_FIELDS) {
+            if (nf == (version == 1 ? TT_FIELDS_V1 : TT_FIELDS)) {
                 nf++;
                 break;
             }
@@ -218,7 +254,8 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
         }
         fw_tune_entry e;
         memset(&e, 0, sizeof e);
-        int ok = nf == TT_FIELDS;
+        const int want = version == 1 ? TT_FIELDS_V1 : TT_FIELDS;
+        int ok = nf == want;
         if (ok) {
             copy_clean(e.key.device, sizeof e.key.device, fld[0]);
             if (!strcmp(fld[1], fw_dtype_name(FW_F32))) e.key.dtype = FW_F32;
@@ -240,15 +277,29 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
             ok = ok && parse_num(fld[10], &e.j_per_call) == 0 && parse_num(fld[11], &e.avg_w) == 0 &&
                  parse_num(fld[12], &pw) == 0 && parse_int64(fld[13], &e.stamp) == 0;
             e.peak_w = pw;
+            if (ok && version >= 2) {
+                double er = 0;
+                ok = fw_precision_parse(fld[14], &e.precision) == 0;
+                if (ok && strcmp(fld[15], "n/a") != 0) {
+                    ok = parse_num(fld[15], &er) == 0;
+                    e.err = er;
+                    e.err_valid = 1;
+                }
+                ok = ok && parse_int64(fld[16], &e.key.group) == 0 && e.key.group >= 1;
+            }
         }
         if (!ok) {
             snprintf(why, why_len, "%s line %d: expected %d tab-separated fields (device dtype head_dim causal bh lq lk "
-                                   "backend config ms j_per_call avg_w peak_w stamp) with valid values",
-                     path, lineno, TT_FIELDS);
+                                   "backend config ms j_per_call avg_w peak_w stamp%s) with valid values",
+                     path, lineno, want, version == 1 ? "" : " precision err group");
             st = FW_ERR_INVALID_VALUE;
             break;
         }
         if ((st = fw_tune_put(&add, &e)) != FW_OK) break;
+    }
+    if (st == FW_OK && ferror(f)) {
+        snprintf(why, why_len, "cannot read %s: %s", path, strerror(errno));
+        st = FW_ERR_INVALID_VALUE;
     }
     fclose(f);
     if (st == FW_OK && lineno == 0) {

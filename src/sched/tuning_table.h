@@ -3,10 +3,12 @@
  * read. A problem bucket is (device, dtype, head_dim, causal, batch*heads, Lq, Lk) with the three
  * sizes rounded up to a power of two.
  *
- * File: first line "# flashwatt tuning table v1", then one line per entry with 14 tab-separated
+ * File: first line "# flashwatt tuning table v2", then one line per entry with 17 tab-separated
  * fields: device, dtype, head_dim, causal, bh, lq, lk, backend, config ("-" = default), ms,
- * j_per_call, avg_w, peak_w ("n/a" = not measured), unix time of the measurement. Other lines
- * starting with '#' are comments. */
+ * j_per_call, avg_w, peak_w ("n/a" = not measured), unix time of the measurement, precision
+ * (exact | tf32 | 3xtf32 | bf16: the compute mode of f32 inputs), err (the measured max |O - O_ref|
+ * / max |V| against the float64 reference; "n/a" = not measured) and group (GQA ratio H / H_kv). Other lines starting with '#' are
+ * comments. Version-1 files (the first 14 fields; precision exact, err n/a, group 1) are read too. */
 #ifndef FW_SCHED_TUNING_TABLE_H
 #define FW_SCHED_TUNING_TABLE_H
 
@@ -23,6 +25,7 @@ typedef struct fw_tune_key {
     int64_t bh; /* batch * heads, bucketed */
     int64_t lq; /* query length, bucketed */
     int64_t lk; /* key length, bucketed */
+    int64_t group; /* GQA ratio: query heads per kv head (1 = MHA); fw_tune_key_make sets 1 */
 } fw_tune_key;
 
 typedef struct fw_tune_entry {
@@ -34,6 +37,9 @@ typedef struct fw_tune_entry {
     double avg_w;      /* 0 = not measured */
     double peak_w;     /* 0 = not measured */
     int64_t stamp;     /* unix seconds */
+    fw_precision precision; /* compute mode (f32 inputs); FW_PRECISION_EXACT for f16/bf16 */
+    int err_valid;          /* err holds a measurement */
+    double err;             /* max |O - O_ref| / max |V| measured by the tuner */
 } fw_tune_entry;
 
 typedef struct fw_tuning_table {
@@ -55,6 +61,9 @@ fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *e);
 /* The entries of bucket k as frontier points (name "backend config", tag = entry index);
  * returns how many (at most max). */
 int fw_tune_frontier(const fw_tuning_table *t, const fw_tune_key *k, fw_frontier_point *out, int max);
+/* "exact", "tf32", "3xtf32", "bf16"; and back (0 on success). */
+const char *fw_precision_name(fw_precision p);
+int fw_precision_parse(const char *s, fw_precision *out);
 /* Merges a file into t. A missing file is FW_OK (nothing added; why says so); a malformed one is
  * FW_ERR_INVALID_VALUE with the line number in why, and t unchanged. */
 fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t why_len);

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Energy evaluation on the lent GPU (issue 4, part 4). Assumes build/ is built (FW_BUILD_DIR to
+# change). About 4 minutes wall (FW_ENERGY_TOTAL_S, default 240); every step has its own time
+# limit and a failing step does not stop the others.
+#   (0) device, idle power, `flashwatt info`
+#   (1) flashwatt tune on the seeds' buckets (B=16 H=8 D=64, L=512,1024, f32 and f16) -> the
+#       tuning table the scheduler reads ($OUT/energy/tuning.txt via FLASHWATT_TUNING)
+#   (a) the seeds' table: latency, average / peak W, J/call for cuda-naive, cuda-flash (f16),
+#       cuda-flash-f32 (f32) and the scheduler's choice (auto), flashwatt bench --energy; and
+#       PyTorch SDPA (every backend) with the same energy windows (bench/sdpa_energy.py)
+#   (b) sustained streams (bench/energy_stream, B=16 H=8 L=1024 D=64 f16) under caps of 300, 450
+#       and 600 W: the scheduler (policy power-cap), the best static configuration that meets the
+#       cap, and the fastest kernel paced alone; 20 s each, shortened (said so) when time is short
+#   (c) per bucket: is the fastest configuration also the least-energy one (race-to-idle)?
+# A short table is printed last. Files (few, $OUT returns at most 8): $OUT/energy/{summary.txt,
+# bench.json, bench_ext.json (if time allowed), sdpa.json, streams.json, tuning.txt, energy.tar.gz
+# (logs, CSV, plots if matplotlib)}.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${FW_BUILD_DIR:-build}
+OUT=${OUT:-$ROOT/out-device}
+E=$OUT/energy
+mkdir -p "$E"
+W=$(mktemp -d)
+FW=$BUILD/flashwatt
+ES=$BUILD/energy_stream
+TOTAL=${FW_ENERGY_TOTAL_S:-240}
+T0=$(date +%s)
+export FLASHWATT_TUNING=$E/tuning.txt
+left() { echo $((TOTAL - ($(date +%s) - T0))); }
+# run NAME LIMIT_S CMD...: time-bounded, logged, tail shown; never fails the script
+run() {
+    local name=$1 lim=$2
+    shift 2
+    echo
+    echo "=== $name (limit ${lim} s, $(date -u +%H:%M:%S), $(left) s of ${TOTAL} left)"
+    timeout -k 5 "$lim" "$@" >"$W/$name.log" 2>&1
+    local rc=$?
+    tail -n "${TAILN:-30}" "$W/$name.log"
+    [ $rc -eq 124 ] && echo "--- $name: TIMED OUT after $lim s"
+    echo "--- $name rc=$rc"
+    return 0
+}
+finish() {
+    cp "$W"/*.csv "$E"/ 2>/dev/null
+    tar -C "$W" -czf "$E/energy.tar.gz" . 2>/dev/null
+    rm -f "$E"/*.csv
+}
+trap finish EXIT
+
+if [ ! -x "$FW" ]; then
+    echo "device_energy: no $FW: build first (cmake -S . -B $BUILD && make -C $BUILD)"
+    exit 1
+fi
+run device 20 sh -c 'nvidia-smi --query-gpu=name,driver_version,power.limit,power.draw,temperature.gpu,clocks.sm --format=csv; '"$FW"' info'
+
+# (1) the tuning table: every configuration of every GPU backend, exact precision, energy windows
+rm -f "$FLASHWATT_TUNING"
+TUNE_S=$(( $(left) > 200 ? 45 : 30 ))
+run tune $((TUNE_S + 40)) "$FW" tune --batch 16 --heads 8 --head-dim 64 --seqlen 512,1024 --dtype f32,f16 \
+    --precision exact --budget-s "$TUNE_S" --cooldown 0.5 --max-ref-s 3
+cp "$FLASHWATT_TUNING" "$W/tuning.txt" 2>/dev/null
+
+# (a) the seeds' table: static backends and the scheduler's choice, then PyTorch SDPA
+run bench 100 "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto --batch 16 --heads 8 --head-dim 64 \
+    --seqlen 512,1024 --dtype f32,f16 --energy 1 --cooldown 1 --max-ref-s 3 --reps 50 \
+    --json "$E/bench.json" --csv "$W/bench.csv"
+run sdpa 80 python3 bench/sdpa_energy.py --json "$E/sdpa.json" --batch 16 --heads 8 --head-dim 64 \
+    --seqlen 512,1024 --dtype f32,f16 --cooldown 1 --budget-s 50
+
+# (b) sustained streams under caps
+STREAM_S=20
+budget=$(( $(left) - 20 ))
+if [ $((9 * (STREAM_S + 4))) -gt "$budget" ]; then
+    STREAM_S=10
+    echo
+    echo "NOTE: streams shortened to ${STREAM_S} s each (${budget} s left of the ${TOTAL} s plan)"
+fi
+echo "[" >"$E/streams.json"
+first=1
+for cap in 300 450 600; do
+    for mode in sched static-best pace-fastest; do
+        TAILN=4 run "stream-$mode-$cap" $((STREAM_S + 20)) "$ES" --mode "$mode" --cap "$cap" --seconds "$STREAM_S" \
+            --batch 16 --heads 8 --seqlen 1024 --head-dim 64 --dtype f16 --json "$W/stream-$mode-$cap.json"
+        if [ -s "$W/stream-$mode-$cap.json" ]; then
+            [ $first -eq 0 ] && echo "," >>"$E/streams.json"
+            cat "$W/stream-$mode-$cap.json" >>"$E/streams.json"
+            first=0
+        fi
+    done
+done
+echo "]" >>"$E/streams.json"
+
+# (a, extended) if time allows: L 128, 256, 2048 and batch 32, 64 at L=1024
+if [ "$(left)" -gt 90 ]; then
+    run bench-ext $(( $(left) - 20 )) "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto --batch 16 \
+        --heads 8 --head-dim 64 --seqlen 128,256,2048 --dtype f32,f16 --energy 1 --cooldown 0.5 --max-ref-s 0 \
+        --reps 30 --json "$E/bench_ext.json"
+    run bench-batch $(( $(left) > 40 ? $(left) - 10 : 30 )) "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto \
+        --batch 32,64 --heads 8 --head-dim 64 --seqlen 1024 --dtype f32,f16 --energy 1 --cooldown 0.5 --max-ref-s 0 \
+        --reps 30 --json "$W/bench_batch.json"
+    [ -s "$W/bench_batch.json" ] && python3 -c "import json,sys; a=json.load(open(sys.argv[1])) if __import__('os').path.exists(sys.argv[1]) else []; b=json.load(open(sys.argv[2])); json.dump(a+b, open(sys.argv[1],'w'))" "$E/bench_ext.json" "$W/bench_batch.json"
+else
+    echo
+    echo "NOTE: no time left for the extended seeds' table (L 128..2048, batch 32/64)"
+fi
+
+# plots here when matplotlib exists (else make them from the JSON elsewhere: bench/plot.py)
+if python3 -c "import matplotlib" 2>/dev/null; then
+    run plots 60 python3 bench/plot.py "$E/bench.json" "$E"/bench_ext.json "$E/sdpa.json" "$E/streams.json" "$W/plots"
+else
+    echo "matplotlib is missing here: make the plots elsewhere with python3 bench/plot.py $E/*.json DIR"
+fi
+
+# (c) + the short table
+run summary 30 python3 - "$E" <<'PY'
+import json, math, os, sys
+E = sys.argv[1]
+def load(n):
+    try:
+        with open(os.path.join(E, n)) as f:
+            return json.load(f)
+    except Exception as e:
+        print("(%s: %s)" % (n, e)); return []
+def f(x, fmt):
+    return fmt % x if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else "n/a"
+ext = load("bench_ext.json") if os.path.exists(os.path.join(E, "bench_ext.json")) else []
+rows = [r for r in load("bench.json") + ext + load("sdpa.json") if r.get("status") == "ok"]
+out = []
+out.append("(a) seeds' table: H=8 D=64 (ms: median; W and J/call: >= 1 s energy windows, NVML counter)")
+out.append("%-16s %-4s %3s %5s %10s %8s %8s %11s %8s  %s" % ("backend", "dt", "B", "L", "ms", "avg W", "max W", "J/call", "GF/W", "note"))
+for r in sorted(rows, key=lambda r: (r.get("dtype"), r.get("batch"), r.get("seqlen_q"), r.get("backend"))):
+    note = r.get("note", "") or ""
+    out.append("%-16s %-4s %3s %5s %10s %8s %8s %11s %8s  %s" % (r["backend"], r.get("dtype"), r.get("batch"), r.get("seqlen_q"),
+               f(r.get("ms"), "%.4f"), f(r.get("watts_avg"), "%.0f"), f(r.get("watts_peak"), "%.0f"),
+               f(r.get("joules_per_call"), "%.4g"), f(r.get("gflops_per_watt"), "%.1f"), note[:70]))
+streams = load("streams.json")
+out.append("")
+out.append("(b) sustained streams, B=16 H=8 L=1024 D=64 f16: 1-s average power after the first second vs cap + 5%")
+out.append("%-5s %-14s %9s %11s %8s %10s %7s  %s" % ("cap", "mode", "calls/s", "J/call", "avg W", "max 1-s W", "ok", "config"))
+for s in sorted(streams, key=lambda s: (s.get("cap_w", 0), s.get("mode", ""))):
+    out.append("%-5s %-14s %9s %11s %8s %10s %7s  %s" % (f(s.get("cap_w"), "%.0f"), s.get("mode"), f(s.get("calls_per_s"), "%.1f"),
+               f(s.get("j_per_call"), "%.4g"), f(s.get("avg_w"), "%.0f"), f(s.get("max_1s_w_after_first"), "%.0f"),
+               "yes" if s.get("within_cap_5pct") else "NO", (s.get("config") or "")[:60]))
+for cap in sorted(set(s.get("cap_w") for s in streams)):
+    by = {s["mode"]: s for s in streams if s.get("cap_w") == cap}
+    sc = by.get("sched")
+    for other in ("static-best", "pace-fastest"):
+        o = by.get(other)
+        if sc and o and sc.get("calls_per_s") and o.get("calls_per_s"):
+            jr = (sc["j_per_call"] / o["j_per_call"]) if sc.get("j_per_call") and o.get("j_per_call") else float("nan")
+            out.append("  cap %.0f W: scheduler vs %-12s throughput x%.3f, J/call x%s" % (cap, other,
+                       sc["calls_per_s"] / o["calls_per_s"], f(jr, "%.3f")))
+out.append("")
+out.append("(c) race-to-idle: per bucket of the tuning table, is the fastest configuration also the least-energy one?")
+try:
+    ents = []
+    with open(os.path.join(E, "tuning.txt")) as fh:
+        for line in fh:
+            if line.startswith("#"): continue
+            p = line.rstrip("\n").split("\t")
+            if len(p) >= 14 and p[10] != "n/a":
+                ents.append(p)
+    buckets = {}
+    for p in ents:
+        buckets.setdefault(tuple(p[:7]), []).append(p)
+    for k, lst in sorted(buckets.items()):
+        fast = min(lst, key=lambda p: float(p[9]))
+        cheap = min(lst, key=lambda p: float(p[10]))
+        same = fast is cheap
+        out.append("  %s D=%s BH=%s L=%s: fastest %s %s (%.4f ms, %.4g J); least energy %s %s (%.4f ms, %.4g J): %s" % (
+            k[1], k[2], k[4], k[5], fast[7], fast[8], float(fast[9]), float(fast[10]), cheap[7], cheap[8],
+            float(cheap[9]), float(cheap[10]), "race-to-idle holds" if same else
+            "NOT the same: the least-energy one saves %.1f%% energy for %.1f%% more time" % (
+                100 * (1 - float(cheap[10]) / float(fast[10])), 100 * (float(cheap[9]) / float(fast[9]) - 1))))
+    if not buckets:
+        out.append("  no energy in the tuning table (telemetry n/a?)")
+except Exception as e:
+    out.append("  tuning table unreadable: %s" % e)
+text = "\n".join(out)
+print(text)
+with open(os.path.join(E, "summary.txt"), "w") as fh:
+    fh.write(text + "\n")
+PY
+echo
+echo "device_energy: $(( $(date +%s) - T0 )) s wall; files in $E"
