@@ -275,6 +275,8 @@ static fw_status tc_forward(const fw_problem *p, const fw_config *cfg, const fw_
     return FW_OK;
 }
 
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* src/cuda/bwd_launch.cu */
+
 extern "C" const fw_backend fw_backend_cuda_flash = {
     "cuda-flash",
     "FlashAttention-2 forward on tensor cores (mma.sync m16n8k16, f16/bf16, f32 accumulation)",
@@ -283,5 +285,5 @@ extern "C" const fw_backend fw_backend_cuda_flash = {
     tc_supports,
     tc_configs,
     tc_forward,
-    NULL,
+    fw_cuda_backward,
 };

@@ -1,0 +1,191 @@
+/* The CUDA backward's entry point, fw_cuda_backward: checks, workspace, the Δ preprocess, the
+ * per-bucket dK/dV (+ dQ) kernels of bwd_kernel.cuh, and the dQ conversion of the atomic mode.
+ * The f16/bf16 (cuda-flash) and f32 (cuda-flash-f32) backend tables point their `backward` slot here.
+ *
+ * dQ mode: deterministic (default; a separate dQ pass, no atomics) or atomic (atomicAdd into an f32
+ * workspace during the dK/dV pass, then a conversion). Chosen by the config name "bwd-atomic" /
+ * "bwd-deterministic", else the environment variable FW_CUDA_BWD_DQ=atomic|deterministic. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bwd_kernel.cuh"
+
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
+/* 1 if fw_cuda_backward can run p; else 0 with the reason. */
+extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len);
+
+#define FW_BWD_ROWS_PER_BLOCK 8 /* one warp per row, 256 threads */
+#define FW_BWD_MAX_BLOCKS (1u << 20)
+
+/* Δ_i = rowsum(dO_i ∘ O_i) in f32, one warp per row of (B, H, Lq). */
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_args a, float *delta)
+{
+    const long long rows = (long long)a.B * a.H * a.Lq;
+    const int lane = threadIdx.x % 32;
+    const T *o = (const T *)a.o, *dout = (const T *)a.dout;
+    for (long long row = (long long)blockIdx.x * FW_BWD_ROWS_PER_BLOCK + threadIdx.x / 32; row < rows;
+         row += (long long)gridDim.x * FW_BWD_ROWS_PER_BLOCK) {
+        const long long i = row % a.Lq, bh = row / a.Lq;
+        const long long h = bh % a.H, b = bh / a.H;
+        const T *orow = o + b * a.o_s[0] + h * a.o_s[1] + i * a.o_s[2];
+        const T *drow = dout + b * a.do_s[0] + h * a.do_s[1] + i * a.do_s[2];
+        float sum = 0.0f;
+        for (int d = lane; d < a.D; d += 32) sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        if (lane == 0) delta[row] = sum;
+    }
+}
+
+/* Atomic mode: the f32 dQ accumulator (B, H, Lq, D) into dq (output dtype and strides). */
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_args a)
+{
+    const long long n = (long long)a.B * a.H * a.Lq * a.D;
+    T *dq = (T *)a.dq;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long d = idx % a.D, row = idx / a.D;
+        const long long i = row % a.Lq, bh = row / a.Lq;
+        const long long h = bh % a.H, b = bh / a.H;
+        fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d, a.dq_acc[idx]);
+    }
+}
+
+static unsigned fw_bwd_blocks(long long work, long long per_block)
+{
+    long long n = (work + per_block - 1) / per_block;
+    if (n < 1) n = 1;
+    if (n > (long long)FW_BWD_MAX_BLOCKS) n = FW_BWD_MAX_BLOCKS;
+    return (unsigned)n;
+}
+
+static int fw_bwd_bucket(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+
+static size_t fw_bwd_smem_bytes(int bucket)
+{
+    return bucket == 64 ? fw_bwd_smem_d64() : bucket == 128 ? fw_bwd_smem_d128() : fw_bwd_smem_d256();
+}
+
+extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len)
+{
+    if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
+    if (p->dtype != FW_F32 && p->dtype != FW_F16 && p->dtype != FW_BF16)
+        return fw_why(why, why_len, "the CUDA backward takes f32, f16 or bf16, not dtype %d", (int)p->dtype);
+    if (p->head_dim < 1 || p->head_dim > 256)
+        return fw_why(why, why_len, "the CUDA backward takes head_dim 1..256, not %lld", (long long)p->head_dim);
+    if (p->seqlen_q >= (1LL << 30) || p->seqlen_k >= (1LL << 30))
+        return fw_why(why, why_len, "the CUDA backward takes sequence lengths below 2^30");
+    if (p->batch > 65535 || p->heads > 65535 || p->kv_heads > 65535)
+        return fw_why(why, why_len, "the CUDA backward's grid limit: batch and heads must be <= 65535");
+    if (!p->lse || !p->dout || !p->dq || !p->dk || !p->dv || !p->o)
+        return fw_why(why, why_len, "the CUDA backward needs o, lse, dout, dq, dk and dv");
+    return 1;
+}
+
+static int fw_bwd_atomic_mode(const fw_config *cfg)
+{
+    if (cfg && !strcmp(cfg->name, "bwd-atomic")) return 1;
+    if (cfg && !strcmp(cfg->name, "bwd-deterministic")) return 0;
+    const char *env = getenv("FW_CUDA_BWD_DQ");
+    return env && !strcmp(env, "atomic");
+}
+
+/* The launches, with the workspace already allocated. */
+static fw_status fw_bwd_run(const fw_problem *p, fw_bwd_args *a, int atomic, const fw_exec *ex)
+{
+    const cudaStream_t s = (cudaStream_t)ex->stream;
+    const long long rows = (long long)p->batch * p->heads * p->seqlen_q;
+    const int dt = p->dtype == FW_F32 ? FW_BWD_F32 : p->dtype == FW_F16 ? FW_BWD_F16 : FW_BWD_BF16;
+    const unsigned dblocks = fw_bwd_blocks(rows, FW_BWD_ROWS_PER_BLOCK);
+    float *delta = (float *)a->delta;
+    switch (dt) {
+    case FW_BWD_F32: fw_bwd_delta_kernel<float><<<dblocks, 256, 0, s>>>(*a, delta); break;
+    case FW_BWD_F16: fw_bwd_delta_kernel<__half><<<dblocks, 256, 0, s>>>(*a, delta); break;
+    default: fw_bwd_delta_kernel<__nv_bfloat16><<<dblocks, 256, 0, s>>>(*a, delta); break;
+    }
+    FW_CUDA_CHECK_LAUNCH();
+    if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
+    switch (fw_bwd_bucket(p->head_dim)) {
+    case 64: FW_CUDA_CHECK(fw_bwd_launch_d64(a, dt, atomic, s)); break;
+    case 128: FW_CUDA_CHECK(fw_bwd_launch_d128(a, dt, atomic, s)); break;
+    default: FW_CUDA_CHECK(fw_bwd_launch_d256(a, dt, atomic, s)); break;
+    }
+    FW_CUDA_CHECK_LAUNCH();
+    if (atomic) {
+        const unsigned cblocks = fw_bwd_blocks(rows * p->head_dim, 256);
+        switch (dt) {
+        case FW_BWD_F32: fw_bwd_dq_convert_kernel<float><<<cblocks, 256, 0, s>>>(*a); break;
+        case FW_BWD_F16: fw_bwd_dq_convert_kernel<__half><<<cblocks, 256, 0, s>>>(*a); break;
+        default: fw_bwd_dq_convert_kernel<__nv_bfloat16><<<cblocks, 256, 0, s>>>(*a); break;
+        }
+        FW_CUDA_CHECK_LAUNCH();
+    }
+    return FW_OK;
+}
+
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    char why[256];
+    if (!fw_cuda_backward_supports(p, why, sizeof why)) {
+        fw_why(ex->err, ex->err_len, "%s", why);
+        return FW_ERR_UNSUPPORTED;
+    }
+    fw_cuda_device_guard guard(p->device.index);
+    if (guard.failed()) {
+        fw_why(ex->err, ex->err_len, "cannot select cuda:%d", p->device.index);
+        return FW_ERR_DEVICE;
+    }
+    int optin = 0;
+    FW_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p->device.index));
+    const int bucket = fw_bwd_bucket(p->head_dim);
+    if (fw_bwd_smem_bytes(bucket) > (size_t)optin) {
+        fw_why(ex->err, ex->err_len, "the CUDA backward for head_dim %lld needs %zu bytes of shared memory per block; "
+               "cuda:%d allows %d", (long long)p->head_dim, fw_bwd_smem_bytes(bucket), p->device.index, optin);
+        return FW_ERR_UNSUPPORTED;
+    }
+    const int atomic = fw_bwd_atomic_mode(cfg);
+
+    fw_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = p->q; a.k = p->k; a.v = p->v; a.o = p->o; a.dout = p->dout;
+    a.dq = p->dq; a.dk = p->dk; a.dv = p->dv;
+    a.lse = p->lse;
+    for (int i = 0; i < 3; i++) {
+        a.q_s[i] = p->q_stride[i]; a.k_s[i] = p->k_stride[i]; a.v_s[i] = p->v_stride[i];
+        a.o_s[i] = p->o_stride[i]; a.do_s[i] = p->do_stride[i]; a.dq_s[i] = p->dq_stride[i];
+        a.dk_s[i] = p->dk_stride[i]; a.dv_s[i] = p->dv_stride[i];
+    }
+    a.off = p->diag_offset; a.wl = p->window_left; a.wr = p->window_right;
+    a.B = (int)p->batch; a.H = (int)p->heads; a.Hkv = (int)p->kv_heads; a.group = (int)p->group;
+    a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k; a.D = (int)p->head_dim;
+    a.scale = p->scale;
+
+    const cudaStream_t s = (cudaStream_t)ex->stream;
+    const size_t rows = (size_t)(p->batch * p->heads * p->seqlen_q);
+    const size_t delta_bytes = rows * sizeof(float);
+    const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
+    void *delta = NULL, *acc = NULL;
+    FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
+    if (atomic) {
+        cudaError_t e = fw_cuda_ws_alloc(&acc, acc_bytes, s);
+        if (e != cudaSuccess) {
+            fw_cuda_ws_free(delta, delta_bytes, s);
+            fw_why(ex->err, ex->err_len, "dQ workspace of %zu bytes: %s", acc_bytes, cudaGetErrorString(e));
+            return e == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;
+        }
+    }
+    a.delta = (const float *)delta;
+    a.dq_acc = (float *)acc;
+    fw_status st = fw_bwd_run(p, &a, atomic, ex);
+    /* stream-ordered frees: safe while the kernels above are still running */
+    cudaError_t e1 = acc ? fw_cuda_ws_free(acc, acc_bytes, s) : cudaSuccess;
+    cudaError_t e2 = fw_cuda_ws_free(delta, delta_bytes, s);
+    if (st == FW_OK && (e1 != cudaSuccess || e2 != cudaSuccess)) {
+        fw_why(ex->err, ex->err_len, "freeing the backward workspace failed: %s",
+               cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
+        st = FW_ERR_DEVICE;
+    }
+    return st;
+}
