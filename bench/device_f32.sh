@@ -8,14 +8,14 @@
 set -u
 OUT=${OUT:-/tmp/fw_f32_out}
 mkdir -p "$OUT"
-BUILD=${BUILD:-build-dev-f32}
+BUILD=${FW_BUILD_DIR:-${BUILD:-build-dev-f32}}
 DUMP=/tmp/fw_f32_dump
 date -u | tee "$OUT/gpu.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu \
     --format=csv 2>&1 | tee -a "$OUT/gpu.txt"
 t0=$(date +%s)
 SRC=.
-if [ "${FW_F32_ONLY:-1}" = 1 ]; then
+if [ -z "${FW_BUILD_DIR:-}" ] && [ "${FW_F32_ONLY:-1}" = 1 ]; then
     # Build only what this script tests: a copy of the tree where cuda-flash (tensor cores, another
     # helper's kernels) is its placeholder, so the build takes a minute, not five.
     SRC=/tmp/fw_f32_src
@@ -46,11 +46,15 @@ STUB
         echo "applied $FW_F32_PATCH"
     fi
 fi
+if [ -n "${FW_BUILD_DIR:-}" ] && [ -x "$BUILD/gpu_cuda_f32" ]; then
+    echo "using the build in $BUILD (built by bench/device.sh)"
+else
 cmake -S "$SRC" -B "$BUILD" -DFLASHWATT_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="-Xptxas -v" \
     > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 make -C "$BUILD" -j16 flashwatt gpu_cuda_f32 >> "$OUT/build.log" 2>&1 ||
     { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
+fi
 echo "ptxas: $(grep -c 'bytes spill' "$OUT/build.log") kernels reported, nonzero spills:"
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
 

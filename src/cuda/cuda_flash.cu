@@ -142,6 +142,11 @@ static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, 
     /* Preferred shapes (FA-grid sweep on an H200, docs/PERF-gpu-tc.md). */
     int want_bm = 128, want_bn = 64, want_w = 4, want_st = 2;
     if (dpad <= 32) want_bn = 128;
+    /* The H200 run of 2026-11-26 06:44 UTC (docs/PERF.md): over the FA grid at L >= 1024,
+     * bm128-bn64-w4-s3-qr was the best D=64 shape (min 1.12x FlashAttention-2) and
+     * bm128-bn32-w4-s2 the best D=128 shape (min 1.00x); the former defaults gave min 0.99x / 0.93x. */
+    if (dpad == 64) want_st = 3;
+    if (dpad == 128) want_bn = 32;
     if (dpad == 256) want_bm = 64;
     /* Few query blocks: smaller blocks fill the machine better. */
     const int64_t blocks128 = ((p->seqlen_q + 127) / 128) * p->heads * p->batch;
