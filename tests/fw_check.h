@@ -31,6 +31,19 @@ static inline int fwt_case(int ok, const char *fmt, ...)
     return ok;
 }
 
+/* An assertion among many: counted like a case, printed only when it fails, with its place. */
+#define FWT_CHECK(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            fwt_passed++;                                                                          \
+        } else {                                                                                   \
+            fwt_failed++;                                                                          \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                 \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
 #endif

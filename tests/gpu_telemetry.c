@@ -21,18 +21,8 @@
 #include <cuda_runtime.h>
 #endif
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) {                                                       \
-            g_pass++;                                                     \
-        } else {                                                          \
-            g_fail++;                                                     \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);        \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-        }                                                                 \
-    } while (0)
+#include "fw_check.h"
+#define CHECK FWT_CHECK
 
 #ifdef FW_HAVE_CUDA
 static void sleep_s(double s)
@@ -91,8 +81,8 @@ int main(int argc, char **argv)
     }
 #ifndef FW_HAVE_CUDA
     (void)window_s;
-    (void)g_pass;
-    (void)g_fail;
+    (void)fwt_passed;
+    (void)fwt_failed;
     printf("SKIP gpu_telemetry: built without CUDA\n");
     return 77;
 #else
@@ -104,7 +94,7 @@ int main(int argc, char **argv)
     CHECK(fw_telemetry_gpu_count(t) >= 1, "CUDA sees %d device(s) but NVML none", fw_cuda_device_count());
     if (fw_telemetry_gpu_count(t) < 1) {
         fw_telemetry_close(t);
-        printf("%d passed, %d failed\n", g_pass, g_fail);
+        printf("%d passed, %d failed\n", fwt_passed, fwt_failed);
         return 1;
     }
     /* cuda:0 -> NVML index through the PCI bus id */
@@ -215,7 +205,7 @@ int main(int argc, char **argv)
     }
     fw_context_destroy(ctx);
     fw_telemetry_close(t);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d passed, %d failed\n", fwt_passed, fwt_failed);
+    return fwt_failed ? 1 : 0;
 #endif
 }

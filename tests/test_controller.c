@@ -18,18 +18,8 @@
 #include "sched/tuning_table.h"
 #include "telemetry/telemetry_internal.h"
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) {                                                       \
-            g_pass++;                                                     \
-        } else {                                                          \
-            g_fail++;                                                     \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);        \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-        }                                                                 \
-    } while (0)
+#include "fw_check.h"
+#define CHECK FWT_CHECK
 
 /* Ladder from the fastest: A(600 W) B(500) C(400) D(300); E and F are dominated. Least energy: B.
  * Deliberately not in time order. */
@@ -677,6 +667,6 @@ int main(void)
     test_tuning_table();
     CHECK(g_gap_off_bottom == 0, "%d periods paced off the bottom rung", g_gap_off_bottom);
     CHECK(g_up_too_soon == 0, "%d step ups sooner than the hysteresis", g_up_too_soon);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d passed, %d failed\n", fwt_passed, fwt_failed);
+    return fwt_failed ? 1 : 0;
 }

@@ -14,18 +14,8 @@
 #include "flashwatt.h"
 #include "telemetry/telemetry_internal.h"
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) {                                                       \
-            g_pass++;                                                     \
-        } else {                                                          \
-            g_fail++;                                                     \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);        \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-        }                                                                 \
-    } while (0)
+#include "fw_check.h"
+#define CHECK FWT_CHECK
 
 static const unsigned k_fields[] = {FW_TEL_POWER_INSTANT, FW_TEL_POWER_AVERAGE, FW_TEL_ENERGY,
                                     FW_TEL_TEMPERATURE,   FW_TEL_SM_CLOCK,      FW_TEL_MEM_CLOCK,
@@ -452,6 +442,6 @@ int main(void)
     test_fake_readings();
     test_window_counter();
     test_sampler();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d passed, %d failed\n", fwt_passed, fwt_failed);
+    return fwt_failed ? 1 : 0;
 }
