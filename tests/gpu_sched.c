@@ -79,6 +79,9 @@ int main(void)
         return 1;
     }
     fw_tune_key key = fw_sched_key(&r.problem);
+    /* a copy: fw_run_free clears r, and the backends' supports/configs need the problem's shape
+     * (their data pointers are not dereferenced) */
+    const fw_problem problem = r.problem;
     fw_run_free(&r);
     fw_tuning_table t;
     fw_tune_init(&t);
@@ -87,10 +90,10 @@ int main(void)
     for (int i = 0; i < fw_registry_count() && n < 40; i++) {
         const fw_backend *b = fw_registry_get(i);
         char why[256];
-        if (b->device != FW_DEVICE_CUDA || !b->available(why, sizeof why) || !b->supports(&r.problem, why, sizeof why))
+        if (b->device != FW_DEVICE_CUDA || !b->available(why, sizeof why) || !b->supports(&problem, why, sizeof why))
             continue;
         fw_config cf[FW_MAX_CONFIGS];
-        int k = b->configs ? b->configs(&r.problem, cf, FW_MAX_CONFIGS) : 0;
+        int k = b->configs ? b->configs(&problem, cf, FW_MAX_CONFIGS) : 0;
         if (k < 1) { memset(cf, 0, sizeof cf[0]); k = 1; }
         for (int j = 0; j < k && n < 40; j++) {
             fw_tune_entry e;
