@@ -72,6 +72,27 @@ double fw_run_bytes(const fw_run *r);
 /* Output element (b, h, s, d) of the last run, as float, from the host image (after compare). */
 float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d);
 
+/* ---- backward ------------------------------------------------------------------------------
+ * Gradient buffers for a run (made with want_lse = 1): dO random from seed, dQ/dK/dV, on the run's
+ * device in the layouts of o, q, k, v; host images in the run's dtype. fw_bwd_alloc also computes
+ * O and LSE with cpu-ref (float64) on the host and puts them in the run's o and lse. */
+typedef struct fw_bwd {
+    fw_tensor dout, dq, dk, dv;
+    void *host_dout, *host_dq, *host_dk, *host_dv;
+} fw_bwd;
+
+fw_status fw_bwd_alloc(fw_run *r, fw_bwd *b, uint64_t seed, char *msg, size_t len);
+void fw_bwd_free(fw_run *r, fw_bwd *b);
+/* NaN-poisons dq, dk, dv (host and device). */
+fw_status fw_bwd_poison(fw_run *r, fw_bwd *b);
+/* fw_attention_backward on the run's o and lse, then a device sync. */
+fw_status fw_bwd_run(fw_run *r, fw_bwd *b, fw_context *ctx);
+/* Copies dq, dk, dv back into the host images. */
+fw_status fw_bwd_fetch(fw_run *r, fw_bwd *b);
+/* Median milliseconds of forward + backward (the forward writes the run's o and lse) over reps
+ * after warmup (CUDA events on the GPU). */
+fw_status fw_bwd_time(fw_run *r, fw_bwd *b, fw_context *ctx, int warmup, int reps, double *median_ms);
+
 double fw_now_seconds(void);
 
 #endif

@@ -128,5 +128,42 @@ expect 0 "bench skips what a backend cannot do" -- bench --backend cpu-ref --seq
     --json "$TMP/skip.json"
 grep_in out "skipped" "skip note in the table"
 
+# ---- backward: check --backward and bench --backward ------------------------------------------
+expect 0 "check --backward f32 default backends" -- check --backward --seqlen 64 --heads 2
+grep_in out "dQ" "backward rows name the gradient"
+grep_in out "tolerance" "backward states its tolerance"
+expect 0 "check --backward GQA causal Lq<Lk bshd" -- check --backward --heads 4 --kv-heads 2 --seqlen 70 --seqlen-k 90 \
+    --head-dim 64 --causal --layout bshd
+expect 0 "check --backward MQA causal Lq>Lk" -- check --backward --heads 4 --kv-heads 1 --seqlen 90 --seqlen-k 33 \
+    --head-dim 40 --causal
+expect 0 "check --backward f16 window" -- check --backward --dtype f16 --heads 2 --seqlen 48 --seqlen-k 80 --window 8,4
+expect 0 "check --backward bf16 GQA" -- check --backward --dtype bf16 --heads 4 --kv-heads 2 --seqlen 65 --head-dim 32
+expect 0 "check --backward tiny with finite differences" -- check --backward --heads 2 --kv-heads 1 --seqlen 5 \
+    --seqlen-k 7 --head-dim 4 --causal
+grep_in out "finite differences of cpu-ref.*pass" "finite-difference line"
+expect 1 "check --backward of a named backend without a backward" -- check --backward --backend cpu-naive --seqlen 32
+grep_in out "no backward" "says there is no backward"
+expect 0 "bench --backward --json" -- bench --backward --backend cpu-flash --heads 2 --kv-heads 1 --seqlen 64 \
+    --seqlen-k 96 --causal 0,1 --warmup 1 --reps 3 --json "$TMP/bwd.json"
+grep_in out "3.5x the forward FLOPs" "bench --backward header"
+if command -v python3 >/dev/null 2>&1; then
+    n=$((n + 1))
+    if python3 - "$TMP/bwd.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert isinstance(rows, list) and len(rows) == 2, "expected 2 rows, got %d" % len(rows)
+for r in rows:
+    assert r["phase"] == "fwd+bwd", r
+    assert r["status"] == "ok" and r["ms"] > 0 and r["tflops"] > 0, r
+    Lq, Lk, D = r["seqlen_q"], r["seqlen_k"], r["head_dim"]
+    # causal bottom-right: query i sees keys up to i + Lk - Lq
+    pairs = sum(max(0, min(Lk, i + Lk - Lq + 1)) for i in range(Lq)) if r["causal"] else Lq * Lk
+    flops = 3.5 * 4 * pairs * D * r["batch"] * r["heads"]
+    assert abs(r["tflops"] - flops / (r["ms"] * 1e-3) / 1e12) <= 1e-6 * r["tflops"] + 1e-12, r
+PY
+    then echo "ok: bench --backward JSON is valid"
+    else echo "FAIL: bench --backward JSON" >&2; failures=$((failures + 1)); fi
+fi
+
 echo "cli_test: $n checks, $failures failed"
 [ "$failures" -eq 0 ]

@@ -46,6 +46,7 @@ static const opt opts[] = {
     {"device", K_DEVICE, 0, 0, 0},
     {"seed", K_SEED, 0, 0, 0},
     {"lse", K_FLAG, 0, 0, OFF(lse)},
+    {"backward", K_FLAG, 0, 0, OFF(backward)},
     {"warmup", K_INT, 1, 0, OFF(warmup)},
     {"reps", K_INT, 1, 1, OFF(reps)},
     {"max-ref-s", K_DOUBLE, 1, 0, OFF(max_ref_s)},

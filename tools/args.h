@@ -31,6 +31,7 @@ typedef struct fw_cli {
     int have_window;
     int64_t window_left, window_right; /* FW_WINDOW_UNLIMITED = -1 */
     int lse;          /* --lse: also produce and check the row log-sum-exp */
+    int backward;     /* --backward: check / time the backward pass (fwd+bwd in bench) */
     fw_slist backends;
     int have_device;
     fw_device device;

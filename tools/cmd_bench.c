@@ -15,6 +15,7 @@
 #include "suites.h"
 #include "energy.h"
 #include "sched/sched.h"
+#include "core/dtype.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -174,6 +175,66 @@ static int clampi(double x, int lo, int hi)
     if (!(x >= lo)) return lo;
     if (x > hi) return hi;
     return (int)x;
+}
+
+
+/* ---- --backward: one row of forward + backward ----------------------------------------- */
+/* Fills row (time, TFLOP/s at 3.5x the forward FLOPs, GB/s); returns 1 on an error (row marked),
+ * 0 otherwise (a backend without a backward is a skipped row). */
+static int bench_backward_row(const fw_cli *cli, fw_run *r, fw_bwd *bw, fw_context *ctx, fw_row *row, int done,
+                              int total, const char *text)
+{
+    const int di = r->c.device.kind == FW_DEVICE_CUDA;
+    row->pass_kind = "fwd+bwd";
+    const fw_case *c = &r->c;
+    const double flops = 3.5 * fw_run_flops(r);
+    const double es = (double)fw_dtype_size(c->dtype);
+    const double nq = (double)(c->batch * c->heads * c->seqlen_q * c->head_dim);
+    const double nkv = (double)(c->batch * c->kv_heads * c->seqlen_k * c->head_dim);
+    const double bytes = fw_run_bytes(r) + es * (4.0 * nq + 4.0 * nkv) + 4.0 * (double)(c->batch * c->heads * c->seqlen_q);
+    fw_status st = fw_context_set_backend(ctx, row->backend);
+    double probe_ms = NAN;
+    if (st == FW_OK) st = fw_bwd_time(r, bw, ctx, 0, 1, &probe_ms);
+    if (st == FW_ERR_NOT_IMPLEMENTED) {
+        row->status = FW_ROW_SKIPPED;
+        snprintf(row->note, sizeof row->note, "no backward");
+        return 0;
+    }
+    if (st != FW_OK) {
+        row->status = FW_ROW_ERROR;
+        snprintf(row->note, sizeof row->note, "%s", fw_context_last_error(ctx)[0] ? fw_context_last_error(ctx)
+                                                                                : fw_status_string(st));
+        return 1;
+    }
+    const double budget = di ? 0.5 : 1.0;
+    const double t = fmax(probe_ms * 1e-3, 1e-6);
+    row->warmup = cli->warmup >= 0 ? cli->warmup : (t > 1.0 ? 0 : clampi(0.2 / t, 1, di ? 100 : 20));
+    if (cli->reps > 0) row->reps = cli->reps;
+    else if (3 * t > 10.0) row->reps = clampi(10.0 / t, 1, 3);
+    else row->reps = clampi(budget / t, 3, di ? 1000 : 200);
+    const double expect = t * (row->warmup + row->reps);
+    if (expect > PROGRESS_S)
+        fprintf(stderr, "flashwatt bench: [%d/%d] timing %s %s fwd+bwd: %d+%d calls, ~%.0f s\n", done + 1, total,
+                row->backend, text, row->warmup, row->reps, expect);
+    double ms = NAN;
+    st = fw_bwd_time(r, bw, ctx, row->warmup, row->reps, &ms);
+    if (st != FW_OK) {
+        row->status = FW_ROW_ERROR;
+        snprintf(row->note, sizeof row->note, "timing failed: %s", fw_context_last_error(ctx)[0]
+                                                                      ? fw_context_last_error(ctx)
+                                                                      : fw_status_string(st));
+        return 1;
+    }
+    row->ms = ms;
+    row->tflops = flops / (ms * 1e-3) / 1e12;
+    row->gbps = bytes / (ms * 1e-3) / 1e9;
+    row->intensity = flops / bytes;
+    snprintf(row->note, sizeof row->note, "fwd+bwd");
+    if (!strcmp(row->backend, "auto")) {
+        size_t nl = strlen(row->note);
+        snprintf(row->note + nl, sizeof row->note - nl, "; ran %s", fw_context_last_backend(ctx));
+    }
+    return 0;
 }
 
 /* ---- energy: calls for the window ------------------------------------------------------- */
@@ -373,6 +434,10 @@ int fw_cmd_bench(int argc, char **argv)
                 break;
             }
     }
+    if (cli.backward)
+        printf("backward: each row times forward + backward (median after warm-up); TFLOP/s counts 3.5x the "
+               "forward FLOPs; GB/s counts the forward's traffic plus q, k, v, o, dO read and dQ, dK, dV written; "
+               "gradients are checked by `flashwatt check --backward`, energy is not measured\n");
     fw_report_bench_header(stdout);
 
     fw_context *ctx = NULL;
@@ -390,6 +455,8 @@ int fw_cmd_bench(int argc, char **argv)
         fw_shape_text(s, text, sizeof text);
         fw_run runs[2];
         int have_run[2] = {0, 0};
+        fw_bwd bwds[2];
+        int have_bwd[2] = {0, 0};
         char run_err[2][512] = {"", ""};
         int ref_decided[2] = {0, 0}, ref_ok[2] = {0, 0};
         double ref_est[2] = {0, 0};
@@ -420,9 +487,17 @@ int fw_cmd_bench(int argc, char **argv)
                 continue;
             }
             if (!have_run[di] && !run_err[di][0]) {
-                fw_case c = fw_shape_case(s, dev, cli.seed, cli.lse);
+                fw_case c = fw_shape_case(s, dev, cli.seed, cli.lse || cli.backward);
                 fw_status st = fw_run_alloc(&runs[di], &c, run_err[di], sizeof run_err[di]);
                 if (st == FW_OK) have_run[di] = 1;
+                if (st == FW_OK && cli.backward) {
+                    st = fw_bwd_alloc(&runs[di], &bwds[di], cli.seed, run_err[di], sizeof run_err[di]);
+                    if (st == FW_OK) have_bwd[di] = 1;
+                    else {
+                        fw_run_free(&runs[di]);
+                        have_run[di] = 0;
+                    }
+                }
                 else if (!run_err[di][0]) snprintf(run_err[di], sizeof run_err[di], "%s", fw_status_string(st));
             }
             if (!have_run[di]) {
@@ -470,6 +545,11 @@ int fw_cmd_bench(int argc, char **argv)
                 fprintf(stderr, "flashwatt bench: [%d/%d] %s %s: first call ~%.0f s\n", done + 1, total, row->backend,
                         text, est);
 
+            if (cli.backward) {
+                if (bench_backward_row(&cli, r, &bwds[di], ctx, row, done, total, text)) errors++;
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
             const double mem_row_before = di ? gpu_used_bytes(dev) : NAN;
             fw_status st = fw_context_set_backend(ctx, row->backend);
             if (st == FW_OK) st = fw_run_poison(r);
@@ -602,8 +682,10 @@ int fw_cmd_bench(int argc, char **argv)
             }
             fw_report_bench_row(stdout, row);
         }
-        for (int d = 0; d < 2; d++)
+        for (int d = 0; d < 2; d++) {
+            if (have_bwd[d]) fw_bwd_free(&runs[d], &bwds[d]);
             if (have_run[d]) fw_run_free(&runs[d]);
+        }
     }
     fw_context_destroy(ctx);
 

@@ -38,6 +38,8 @@ static const char *shape_flags =
     "  --window L,R      sliding window: keys i-L..i+R visible (-1 = unlimited)\n"
     "  --layout L        bhsd (B,H,S,D) | bshd (B,S,H,D) (default bhsd)\n"
     "  --lse             also produce the row log-sum-exp (and check it)\n"
+    "  --backward        the backward pass: check dQ/dK/dV against cpu-ref's float64 backward\n"
+    "                    (check), time forward+backward (bench)\n"
     "  --backend NAMES   backends by name, comma separated, or all (default: every usable\n"
     "                    backend of the device)\n"
     "  --device D        cpu | cuda | cuda:N (default: a GPU if one is visible, else cpu)\n"

@@ -214,6 +214,7 @@ int fw_report_write_json(const char *path, const fw_row *rows, int n)
         json_num(f, "tol", r->checked ? r->tol : NAN);
         if (r->checked) fprintf(f, ", \"pass\": %s", r->pass ? "true" : "false");
         else fputs(", \"pass\": null", f);
+        if (r->pass_kind) fprintf(f, ", \"phase\": \"%s\"", r->pass_kind);
         if (r->status == FW_ROW_OK) fprintf(f, ", \"warmup\": %d, \"reps\": %d", r->warmup, r->reps);
         else fputs(", \"warmup\": null, \"reps\": null", f);
         if (strncmp(r->device, "cuda", 4) == 0) {

@@ -25,6 +25,7 @@ typedef struct fw_row {
     const char *energy_source;       /* "counter", "sampled", or NULL */
     int ntrace;
     double (*power_trace)[2];        /* [t_s, W] samples inside the window (malloc'd, may be NULL) */
+    const char *pass_kind;           /* NULL (forward) or "fwd+bwd" (bench --backward): JSON "phase" */
     char note[256];
 } fw_row;
 
