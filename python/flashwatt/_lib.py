@@ -161,15 +161,20 @@ _lib: Optional[ctypes.CDLL] = None
 _lib_path: Optional[str] = None
 
 
+def set_prototype(lib: ctypes.CDLL, name: str, restype, *argtypes) -> None:
+    """Declares the C signature of lib.name for ctypes."""
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+
+
 def _prototype(lib: ctypes.CDLL) -> None:
     c = ctypes
     P = c.POINTER
     vp = c.c_void_p
 
     def proto(name, restype, *argtypes):
-        f = getattr(lib, name)
-        f.restype = restype
-        f.argtypes = list(argtypes)
+        set_prototype(lib, name, restype, *argtypes)
 
     proto("fw_version", c.c_char_p)
     proto("fw_status_string", c.c_char_p, c.c_int)

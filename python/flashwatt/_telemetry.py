@@ -108,9 +108,7 @@ def _prototype(lib: ctypes.CDLL) -> None:
     vp = c.c_void_p
 
     def proto(name, restype, *argtypes):
-        f = getattr(lib, name)
-        f.restype = restype
-        f.argtypes = list(argtypes)
+        _lib.set_prototype(lib, name, restype, *argtypes)
 
     proto("fw_telemetry_open", c.c_int, P(vp))
     proto("fw_telemetry_gpu_count", c.c_int, vp)
