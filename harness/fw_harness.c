@@ -457,35 +457,42 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms)
+typedef fw_status (*timed_call)(fw_run *r, fw_context *ctx, void *arg);
+
+/* Median milliseconds of reps calls of `call` after warmup calls: host clock on the CPU, CUDA events
+ * on the legacy default stream on the GPU. */
+static fw_status time_median(fw_run *r, fw_context *ctx, timed_call call, void *arg, int warmup, int reps,
+                             double *median_ms)
 {
     if (reps < 1) reps = 1;
     double *t = (double *)malloc((size_t)reps * sizeof(double));
     if (!t) return FW_ERR_OUT_OF_MEMORY;
     fw_status st = FW_OK;
-    for (int i = 0; i < warmup && st == FW_OK; i++) st = fw_run_forward(r, ctx);
+    for (int i = 0; i < warmup && st == FW_OK; i++) st = call(r, ctx, arg);
+    if (st == FW_OK) st = sync_device(r);
     if (!on_gpu(r)) {
         for (int i = 0; i < reps && st == FW_OK; i++) {
             const double t0 = fw_now_seconds();
-            st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+            st = call(r, ctx, arg);
             t[i] = (fw_now_seconds() - t0) * 1e3;
         }
     }
 #ifdef FW_HAVE_CUDA
     else if (st == FW_OK) {
-        cudaEvent_t a, b;
-        if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) { free(t); return FW_ERR_DEVICE; }
+        cudaEvent_t ea, eb;
+        if (cudaEventCreate(&ea) != cudaSuccess) { free(t); return FW_ERR_DEVICE; }
+        if (cudaEventCreate(&eb) != cudaSuccess) { cudaEventDestroy(ea); free(t); return FW_ERR_DEVICE; }
         for (int i = 0; i < reps && st == FW_OK; i++) {
-            cudaEventRecord(a, 0);
-            st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
-            cudaEventRecord(b, 0);
-            if (cudaEventSynchronize(b) != cudaSuccess) st = FW_ERR_DEVICE;
+            cudaEventRecord(ea, 0);
+            st = call(r, ctx, arg);
+            cudaEventRecord(eb, 0);
+            if (cudaEventSynchronize(eb) != cudaSuccess) st = FW_ERR_DEVICE;
             float ms = 0;
-            cudaEventElapsedTime(&ms, a, b);
+            cudaEventElapsedTime(&ms, ea, eb);
             t[i] = ms;
         }
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
+        cudaEventDestroy(ea);
+        cudaEventDestroy(eb);
         if (st == FW_OK) st = sync_device(r);
     }
 #endif
@@ -495,6 +502,17 @@ fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *
     }
     free(t);
     return st;
+}
+
+static fw_status forward_call(fw_run *r, fw_context *ctx, void *arg)
+{
+    (void)arg;
+    return fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+}
+
+fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms)
+{
+    return time_median(r, ctx, forward_call, NULL, warmup, reps, median_ms);
 }
 
 double fw_run_flops(const fw_run *r) { return fw_problem_flops(&r->problem); }
@@ -615,8 +633,9 @@ fw_status fw_bwd_fetch(fw_run *r, fw_bwd *b)
     return st;
 }
 
-static fw_status fwd_bwd_call(fw_run *r, fw_bwd *b, fw_context *ctx)
+static fw_status fwd_bwd_call(fw_run *r, fw_context *ctx, void *arg)
 {
+    fw_bwd *b = (fw_bwd *)arg;
     fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
     if (st == FW_OK)
         st = fw_attention_backward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &b->dout, &b->dq, &b->dk, &b->dv,
@@ -626,42 +645,5 @@ static fw_status fwd_bwd_call(fw_run *r, fw_bwd *b, fw_context *ctx)
 
 fw_status fw_bwd_time(fw_run *r, fw_bwd *b, fw_context *ctx, int warmup, int reps, double *median_ms)
 {
-    if (reps < 1) reps = 1;
-    double *t = (double *)malloc((size_t)reps * sizeof(double));
-    if (!t) return FW_ERR_OUT_OF_MEMORY;
-    fw_status st = FW_OK;
-    for (int i = 0; i < warmup && st == FW_OK; i++) st = fwd_bwd_call(r, b, ctx);
-    if (st == FW_OK) st = sync_device(r);
-    if (!on_gpu(r)) {
-        for (int i = 0; i < reps && st == FW_OK; i++) {
-            const double t0 = fw_now_seconds();
-            st = fwd_bwd_call(r, b, ctx);
-            t[i] = (fw_now_seconds() - t0) * 1e3;
-        }
-    }
-#ifdef FW_HAVE_CUDA
-    else if (st == FW_OK) {
-        cudaEvent_t ea, eb;
-        if (cudaEventCreate(&ea) != cudaSuccess) { free(t); return FW_ERR_DEVICE; }
-        if (cudaEventCreate(&eb) != cudaSuccess) { cudaEventDestroy(ea); free(t); return FW_ERR_DEVICE; }
-        for (int i = 0; i < reps && st == FW_OK; i++) {
-            cudaEventRecord(ea, 0);
-            st = fwd_bwd_call(r, b, ctx);
-            cudaEventRecord(eb, 0);
-            if (cudaEventSynchronize(eb) != cudaSuccess) st = FW_ERR_DEVICE;
-            float ms = 0;
-            cudaEventElapsedTime(&ms, ea, eb);
-            t[i] = ms;
-        }
-        cudaEventDestroy(ea);
-        cudaEventDestroy(eb);
-        if (st == FW_OK) st = sync_device(r);
-    }
-#endif
-    if (st == FW_OK) {
-        qsort(t, (size_t)reps, sizeof(double), cmp_double);
-        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-    }
-    free(t);
-    return st;
+    return time_median(r, ctx, fwd_bwd_call, b, warmup, reps, median_ms);
 }

@@ -128,12 +128,18 @@ static int split(const char *val, char tok[][FW_NAME_MAX], int max)
     return n;
 }
 
+int fw_args_backend_info(const char *name, fw_backend_info *out)
+{
+    for (int i = 0; i < fw_backend_count(); i++)
+        if (fw_backend_get_info(i, out) == FW_OK && !strcmp(out->name, name)) return 1;
+    memset(out, 0, sizeof *out);
+    return 0;
+}
+
 static int known_backend(const char *name)
 {
     fw_backend_info info;
-    for (int i = 0; i < fw_backend_count(); i++)
-        if (fw_backend_get_info(i, &info) == FW_OK && !strcmp(info.name, name)) return 1;
-    return 0;
+    return fw_args_backend_info(name, &info);
 }
 
 static void known_backends(char *buf, size_t len)
@@ -360,13 +366,6 @@ int fw_args_any_shape(const fw_cli *cli)
            cli->dtype.n || cli->causal.n || cli->layout.n || cli->have_window;
 }
 
-static int backend_info(const char *name, fw_backend_info *out)
-{
-    for (int i = 0; i < fw_backend_count(); i++)
-        if (fw_backend_get_info(i, out) == FW_OK && !strcmp(out->name, name)) return 1;
-    return 0;
-}
-
 static int plan_add(fw_plan *plan, const char *name, fw_device dev)
 {
     for (int i = 0; i < plan->n; i++)
@@ -402,7 +401,7 @@ int fw_args_plan(const fw_cli *cli, int gpu_default, const char *cpu_default_lis
         if (!strcmp(cli->backends.v[i], "all")) { named_all = 1; continue; }
         if (!strcmp(cli->backends.v[i], "auto")) continue; /* the scheduler's choice: added below */
         fw_backend_info info;
-        if (!backend_info(cli->backends.v[i], &info)) {
+        if (!fw_args_backend_info(cli->backends.v[i], &info)) {
             snprintf(err, err_len, "no backend '%s' in this build", cli->backends.v[i]);
             return 2;
         }
@@ -448,7 +447,7 @@ int fw_args_plan(const fw_cli *cli, int gpu_default, const char *cpu_default_lis
             int n = split(list, tok, FW_LIST_MAX);
             fw_backend_info info;
             for (int i = 0; i < n; i++)
-                if (backend_info(tok[i], &info)) plan_add(plan, tok[i], dev);
+                if (fw_args_backend_info(tok[i], &info)) plan_add(plan, tok[i], dev);
         } else {
             add_usable(plan, dev, include_ref);
         }

@@ -67,6 +67,8 @@ int fw_args_dtype(const char *s, fw_dtype *out);
 int fw_args_device(const char *s, fw_device *out);
 /* Short text for a device: "cpu", "cuda:0". buf needs 16 bytes. */
 const char *fw_args_device_name(fw_device d, char *buf, size_t len);
+/* The info of the backend called name: 1 if it is compiled in; 0 (info zeroed) if not. */
+int fw_args_backend_info(const char *name, fw_backend_info *out);
 
 #endif
 

@@ -475,10 +475,8 @@ int fw_cmd_bench(int argc, char **argv)
             const int di = dev.kind == FW_DEVICE_CUDA;
 
             fw_backend_info info;
-            memset(&info, 0, sizeof info);
             const int is_auto = !strcmp(row->backend, "auto"); /* the scheduler's choice */
-            for (int b = 0; b < fw_backend_count() && !is_auto; b++)
-                if (fw_backend_get_info(b, &info) == FW_OK && !strcmp(info.name, row->backend)) break;
+            fw_args_backend_info(row->backend, &info);
             if (is_auto) info.usable = 1;
             if (!info.usable) {
                 row->status = FW_ROW_SKIPPED;

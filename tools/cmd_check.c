@@ -137,6 +137,21 @@ static double finite_differences(grad_ref *g, const fw_attn_params *params)
     return worst;
 }
 
+/* Marks row skipped, with the reason, when its backend is not usable here or cannot run r's problem. */
+static void skip_unless_runnable(fw_row *row, const fw_run *r)
+{
+    fw_backend_info info;
+    char why[512] = "";
+    fw_args_backend_info(row->backend, &info);
+    if (!info.usable) {
+        snprintf(row->note, sizeof row->note, "not usable here: %.230s", info.why_not);
+        row->status = FW_ROW_SKIPPED;
+    } else if (fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
+        snprintf(row->note, sizeof row->note, "does not support this problem: %.220s", why);
+        row->status = FW_ROW_SKIPPED;
+    }
+}
+
 static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *plan, fw_context *ctx)
 {
     static const char *gname[3] = {"dQ", "dK", "dV"};
@@ -200,18 +215,7 @@ static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *p
         const grad_ref *g = &refs[di];
         if (!header) { fw_report_check_header(stdout); header = 1; }
 
-        fw_backend_info info;
-        memset(&info, 0, sizeof info);
-        for (int b = 0; b < fw_backend_count(); b++)
-            if (fw_backend_get_info(b, &info) == FW_OK && !strcmp(info.name, row.backend)) break;
-        char why[512] = "";
-        if (!info.usable) {
-            snprintf(row.note, sizeof row.note, "not usable here: %.230s", info.why_not);
-            row.status = FW_ROW_SKIPPED;
-        } else if (fw_backend_supports(row.backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
-            snprintf(row.note, sizeof row.note, "does not support this problem: %.220s", why);
-            row.status = FW_ROW_SKIPPED;
-        }
+        skip_unless_runnable(&row, r);
         fw_status st = FW_OK;
         if (row.status != FW_ROW_SKIPPED) {
             st = fw_context_set_backend(ctx, row.backend);
@@ -353,18 +357,7 @@ int fw_cmd_check(int argc, char **argv)
         fw_run *r = &runs[di];
         if (!header) { fw_report_check_header(stdout); header = 1; }
 
-        fw_backend_info info;
-        memset(&info, 0, sizeof info);
-        for (int b = 0; b < fw_backend_count(); b++)
-            if (fw_backend_get_info(b, &info) == FW_OK && !strcmp(info.name, row.backend)) break;
-        char why[512] = "";
-        if (!info.usable) {
-            snprintf(row.note, sizeof row.note, "not usable here: %.230s", info.why_not);
-            row.status = FW_ROW_SKIPPED;
-        } else if (fw_backend_supports(row.backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
-            snprintf(row.note, sizeof row.note, "does not support this problem: %.220s", why);
-            row.status = FW_ROW_SKIPPED;
-        }
+        skip_unless_runnable(&row, r);
         if (row.status == FW_ROW_SKIPPED) {
             /* a backend the user named must run; the default set skips what does not apply */
             if (named) { row.status = FW_ROW_ERROR; failed++; }
