@@ -122,6 +122,10 @@ fw_status fw_context_set_stream(fw_context *ctx, void *cuda_stream);
 /* Precision for float32 inputs; FW_PRECISION_EXACT unless set. */
 fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision);
 fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy);
+/* Backward only. 1: reproducible, bit-identical gradients run to run (the GPU computes dQ in a separate
+ * pass without atomics, slower). 0 (default): the GPU adds dQ with atomics, as FlashAttention-2 does.
+ * The CPU backends are deterministic either way. */
+fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic);
 /* Message of the last failed call on this context, "" after a success. Valid until the next call. */
 const char *fw_context_last_error(const fw_context *ctx);
 /* Name of the backend that ran the last successful call on this context. */

@@ -1,11 +1,15 @@
 /* GPU test of the CUDA backward (src/cuda/bwd_*.cu) against cpu-ref's float64 backward.
  *
  * Every case: fresh random q, k, v, dO; the forward on the GPU (backend "auto") gives O and LSE (and
- * is itself checked); dq, dk, dv are poisoned (all bytes 0xff), then computed on the GPU three ways:
- *   determ  fw_cuda_backward with the config "bwd-deterministic" (separate dQ pass, no atomics)
+ * is itself checked); dq, dk, dv are poisoned (all bytes 0xff), then computed on the GPU four ways:
+ *   determ  fw_cuda_backward with the config "bwd-deterministic" (separate dQ pass, no atomics), run
+ *           twice: the second result must be bit-identical to the first
  *   atomic  fw_cuda_backward with "bwd-atomic" (dQ by atomicAdd into an f32 workspace)
- *   api     fw_attention_backward through the backend table (after the lead points the cuda-flash
- *           and cuda-flash-f32 `backward` slots at fw_cuda_backward; FW_BWD_SKIP_API=1 skips it)
+ *   api     fw_attention_backward through the backend table (FW_BWD_SKIP_API=1 skips it)
+ *   cores   f16/bf16 only: "bwd-atomic" with FW_CUDA_BWD_TC=0, i.e. the CUDA-core kernels that f16/bf16
+ *           shapes the tensor-core kernels do not take fall back to
+ * f16/bf16 with head_dim <= 128 (multiple of 8) run the tensor-core kernels in determ/atomic/api;
+ * FW_BWD_TC_SWEEP=1 repeats the suite's 16-bit cases for every tensor-core variant.
  * and compared with cpu-ref's backward (float64 accumulation) on f32 copies of the same inputs.
  * Unwritten elements (poison left inside the view), stray writes (padding of padded rows changed)
  * and NaNs fail a case.
@@ -220,7 +224,7 @@ typedef struct bcase {
     int bshd, pad;
 } bcase;
 
-static const char *mode_name[3] = {"determ", "atomic", "api"};
+static const char *mode_name[4] = {"determ", "atomic", "api", "cores"};
 
 static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed)
 {
@@ -310,15 +314,17 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
         }
     }
 
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         if (!(modes_mask & (1 << mode))) continue;
+        if (mode == 3 && dt == FW_F32) continue; /* f32 always runs the CUDA-core kernels */
+        if (mode == 3) setenv("FW_CUDA_BWD_TC", "0", 1);
         dpoison(d_dq, r.q_elems * es);
         dpoison(d_dk, r.kv_elems * es);
         dpoison(d_dv, r.kv_elems * es);
         if (!use_cpu) CK(cudaDeviceSynchronize());
         char err[512] = "";
         const char *who = use_cpu ? "fw_cpu_tiled_backward" : "fw_cuda_backward";
-        if (mode < 2) {
+        if (mode != 2) {
             fw_problem p;
             st = fw_validate_backward(&r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params, &p, err,
                                       sizeof err);
@@ -330,6 +336,26 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 fw_exec ex;
                 ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
                 st = use_cpu ? fw_cpu_tiled_backward(&p, &cfg, &ex) : fw_cuda_backward(&p, &cfg, &ex);
+                if (st == FW_OK && mode == 0) { /* again: must be bit-identical */
+                    void *first[3] = {malloc(r.q_elems * es), malloc(r.kv_elems * es), malloc(r.kv_elems * es)};
+                    if (!first[0] || !first[1] || !first[2]) { fprintf(stderr, "out of memory\n"); exit(2); }
+                    dcopy(first[0], d_dq, r.q_elems * es, 0);
+                    dcopy(first[1], d_dk, r.kv_elems * es, 0);
+                    dcopy(first[2], d_dv, r.kv_elems * es, 0);
+                    st = use_cpu ? fw_cpu_tiled_backward(&p, &cfg, &ex) : fw_cuda_backward(&p, &cfg, &ex);
+                    if (st == FW_OK && !use_cpu) CK(cudaDeviceSynchronize());
+                    if (st == FW_OK) {
+                        dcopy(h_dq, d_dq, r.q_elems * es, 0);
+                        dcopy(h_dk, d_dk, r.kv_elems * es, 0);
+                        dcopy(h_dv, d_dv, r.kv_elems * es, 0);
+                        if (memcmp(first[0], h_dq, r.q_elems * es) || memcmp(first[1], h_dk, r.kv_elems * es) ||
+                            memcmp(first[2], h_dv, r.kv_elems * es)) {
+                            printf("FAIL %s determ: a second run is not bit-identical\n", label);
+                            failed++;
+                        }
+                    }
+                    free(first[0]); free(first[1]); free(first[2]);
+                }
             }
         } else {
             st = fw_attention_backward(ctx, &r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params);
@@ -339,6 +365,7 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 snprintf(err + strlen(err), sizeof err - strlen(err),
                          " [not wired: point the cuda-flash/cuda-flash-f32 .backward at fw_cuda_backward]");
         }
+        if (mode == 3) unsetenv("FW_CUDA_BWD_TC");
         if (st == FW_OK && !use_cpu) {
             cudaError_t e = cudaDeviceSynchronize();
             if (e == cudaSuccess) e = cudaGetLastError();
@@ -397,8 +424,13 @@ static int cmp_dbl(const void *a, const void *b)
 
 static void bench(int reps)
 {
-    printf("%4s %6s %3s %3s %9s %12s %12s %10s %10s\n", "D", "L", "B", "H", "fwd_ms", "bwd_ms_det", "bwd_ms_atom",
-           "TF/s_det", "TF/s_atom");
+    /* columns: the default tensor-core variant in both dQ modes, then every variant (v0..v2) per mode */
+    enum { NCOL = 6 };
+    static const char *col_cfg[NCOL] = {"bwd-deterministic", "bwd-atomic", "bwd-atomic", "bwd-atomic",
+                                        "bwd-deterministic", "bwd-deterministic"};
+    static const char *col_var[NCOL] = {"0", "0", "1", "2", "1", "2"};
+    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det_v0", "atom_v0",
+           "atom_v1", "atom_v2", "det_v1", "det_v2", "TF/s_det", "TF/s_atom");
     const int Ds[2] = {64, 128};
     for (int di = 0; di < 2; di++)
         for (int64_t L = 1024; L <= 16384; L *= 2) {
@@ -411,7 +443,7 @@ static void bench(int reps)
             if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK) { printf("setup failed: %s\n", msg); failed++; continue; }
             fw_context *ctx = NULL;
             if (fw_context_create(&ctx) != FW_OK) exit(2);
-            double fwd_ms = 0, bwd_ms[2] = {0, 0};
+            double fwd_ms = 0, bwd_ms[NCOL] = {0};
             fw_status st = fw_run_forward(&r, ctx);
             if (st == FW_OK) st = fw_run_time(&r, ctx, 2, reps, &fwd_ms);
             if (st != FW_OK) { printf("forward failed: %s\n", fw_context_last_error(ctx)); failed++; }
@@ -429,10 +461,11 @@ static void bench(int reps)
             cudaEvent_t e0, e1;
             CK(cudaEventCreate(&e0));
             CK(cudaEventCreate(&e1));
-            for (int mode = 0; mode < 2 && st == FW_OK; mode++) {
+            for (int mode = 0; mode < NCOL && st == FW_OK; mode++) {
                 fw_config cfg;
                 memset(&cfg, 0, sizeof cfg);
-                snprintf(cfg.name, sizeof cfg.name, "%s", mode == 0 ? "bwd-deterministic" : "bwd-atomic");
+                snprintf(cfg.name, sizeof cfg.name, "%s", col_cfg[mode]);
+                setenv("FW_CUDA_BWD_TC_VARIANT", col_var[mode], 1);
                 fw_exec ex;
                 ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
                 st = fw_cuda_backward(&p, &cfg, &ex); /* warm-up */
@@ -449,11 +482,13 @@ static void bench(int reps)
                 qsort(t, (size_t)reps, sizeof(double), cmp_dbl);
                 bwd_ms[mode] = t[reps / 2];
             }
+            unsetenv("FW_CUDA_BWD_TC_VARIANT");
             const double f = fw_run_flops(&r);
             if (st == FW_OK)
-                printf("%4d %6lld %3lld %3lld %9.3f %12.3f %12.3f %10.1f %10.1f\n", Ds[di], (long long)L,
-                       (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1],
-                       3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12, 3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
+                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f\n", Ds[di],
+                       (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1], bwd_ms[2],
+                       bwd_ms[3], bwd_ms[4], bwd_ms[5], 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
+                       3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
             fflush(stdout);
             CK(cudaEventDestroy(e0));
             CK(cudaEventDestroy(e1));
@@ -478,7 +513,7 @@ int main(int argc, char **argv)
         return 77;
     }
     const char *skip_api = getenv("FW_BWD_SKIP_API");
-    const int modes = (skip_api && !strcmp(skip_api, "1")) ? 3 : 7;
+    const int modes = (skip_api && !strcmp(skip_api, "1")) ? 11 : 15;
     const fw_dtype dts[3] = {FW_F32, FW_F16, FW_BF16};
     const int64_t U = FW_WINDOW_UNLIMITED;
     if (bench_reps > 0 || (argc > 1 && !strcmp(argv[argc - 1], "--bench"))) {
@@ -509,9 +544,26 @@ int main(int argc, char **argv)
             {1, 2, 1, 100, 150, 256, 1, U, U, 0, 0},   /* D 256 bucket */
             {1, 2, 2, 160, 160, 96, 0, U, U, 1, 0},    /* D 96 in the 128 bucket */
             {1, 1, 1, 40, 100, 64, 0, 3, 3, 0, 0},     /* keys nobody sees: zero dk/dv */
+            {2, 4, 2, 513, 1000, 80, 1, U, U, 0, 0},   /* D 80 (128 bucket), GQA, causal Lq < Lk */
+            {1, 2, 2, 257, 257, 32, 0, 64, 0, 1, 0},   /* left window only, D 32, bshd */
+            {1, 2, 2, 64, 640, 8, 0, U, U, 0, 0},      /* D 8 */
+            {1, 3, 3, 700, 500, 128, 1, 100, U, 1, 8}, /* causal + left window, Lq > Lk, padded bshd */
         };
-        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        const size_t ncs = sizeof cs / sizeof cs[0];
+        for (size_t i = 0; i < ncs; i++)
             for (int d = 0; d < 3; d++) run_case(&cs[i], dts[d], modes, 100 + 3 * i + (uint64_t)d);
+        const char *sweep = getenv("FW_BWD_TC_SWEEP");
+        if (sweep && !strcmp(sweep, "1") && !use_cpu)
+            for (int v = 1; v < 3; v++) { /* variant 0 (the default) ran above */
+                char vs[8];
+                snprintf(vs, sizeof vs, "%d", v);
+                setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);
+                printf("-- tensor-core variant %d\n", v);
+                for (size_t i = 0; i < ncs; i++)
+                    if (cs[i].D <= 128 && cs[i].D % 8 == 0)
+                        for (int d = 1; d < 3; d++) run_case(&cs[i], dts[d], 3, 500 + 3 * i + (uint64_t)d);
+                unsetenv("FW_CUDA_BWD_TC_VARIANT");
+            }
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

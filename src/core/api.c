@@ -212,6 +212,13 @@ fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy)
     return FW_OK;
 }
 
+fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic)
+{
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    ctx->deterministic = deterministic != 0;
+    return FW_OK;
+}
+
 const char *fw_context_last_error(const fw_context *ctx) { return ctx ? ctx->last_error : "ctx is NULL"; }
 
 const char *fw_context_last_backend(const fw_context *ctx)
@@ -232,6 +239,7 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     fw_status st = FW_OK;
     fw_config cfg;
     p->precision = ctx->precision;
+    p->deterministic = ctx->deterministic;
     if (p->precision != FW_PRECISION_EXACT && p->dtype != FW_F32) {
         set_error(ctx, "a reduced precision mode applies to f32 inputs only; these are f16/bf16");
         return FW_ERR_INVALID_VALUE;

@@ -11,6 +11,7 @@ struct fw_context {
     int threads;      /* 0 = all online cores */
     void *stream;
     fw_precision precision;
+    int deterministic; /* backward without atomics (bit-identical run to run) */
     fw_policy policy;
     char last_error[1024];
     const char *last_backend;

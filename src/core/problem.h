@@ -27,6 +27,7 @@ typedef struct fw_problem {
     void *dq, *dk, *dv;
     int64_t do_stride[4], dq_stride[4], dk_stride[4], dv_stride[4];
     fw_precision precision;
+    int deterministic; /* backward: no atomics in the dQ reduction (fw_context_set_deterministic) */
 } fw_problem;
 
 #define FW_UNBOUNDED (INT64_MAX / 4)

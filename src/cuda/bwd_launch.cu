@@ -2,13 +2,18 @@
  * per-bucket dK/dV (+ dQ) kernels of bwd_kernel.cuh, and the dQ conversion of the atomic mode.
  * The f16/bf16 (cuda-flash) and f32 (cuda-flash-f32) backend tables point their `backward` slot here.
  *
- * dQ mode: deterministic (default; a separate dQ pass, no atomics) or atomic (atomicAdd into an f32
- * workspace during the dK/dV pass, then a conversion). Chosen by the config name "bwd-atomic" /
- * "bwd-deterministic", else the environment variable FW_CUDA_BWD_DQ=atomic|deterministic. */
+ * f16/bf16 with head_dim <= 128 (a multiple of 8, rows 16-byte aligned) run on tensor cores
+ * (bwd_tc.cuh); everything else on the CUDA-core kernels (bwd_kernel.cuh).
+ *
+ * dQ mode: atomic (default, as FlashAttention-2: atomicAdd into an f32 workspace during the dK/dV pass,
+ * then a conversion) or deterministic (a separate dQ pass, no atomics: fw_context_set_deterministic).
+ * The config names "bwd-atomic" / "bwd-deterministic" (tests, benchmarks) and the environment variable
+ * FW_CUDA_BWD_DQ=deterministic also choose it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "bwd_kernel.cuh"
+#include "bwd_tc.cuh"
 
 extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 /* 1 if fw_cuda_backward can run p; else 0 with the reason. */
@@ -17,9 +22,10 @@ extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t 
 #define FW_BWD_ROWS_PER_BLOCK 8 /* one warp per row, 256 threads */
 #define FW_BWD_MAX_BLOCKS (1u << 20)
 
-/* Δ_i = rowsum(dO_i ∘ O_i) in f32, one warp per row of (B, H, Lq). */
+/* Δ_i = rowsum(dO_i ∘ O_i) in f32, one warp per row of (B, H, Lq); for the tensor-core kernels also
+ * lse2_i = LSE_i · log2 e, +inf where LSE = −inf (a row that sees no key: P = exp2(x − lse2) = 0). */
 template <typename T>
-__global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_args a, float *delta)
+__global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_args a, float *delta, float *lse2)
 {
     const long long rows = (long long)a.B * a.H * a.Lq;
     const int lane = threadIdx.x % 32;
@@ -34,7 +40,13 @@ __global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_args a, 
         for (int d = lane; d < a.D; d += 32) sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
 #pragma unroll
         for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-        if (lane == 0) delta[row] = sum;
+        if (lane == 0) {
+            delta[row] = sum;
+            if (lse2) {
+                const float l = a.lse[row];
+                lse2[row] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+            }
+        }
     }
 }
 
@@ -84,30 +96,74 @@ extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t 
     return 1;
 }
 
-static int fw_bwd_atomic_mode(const fw_config *cfg)
+/* dQ by atomics (default, as FlashAttention-2) or by the deterministic separate pass: the config name
+ * decides where it names a mode, then the problem's deterministic flag, then FW_CUDA_BWD_DQ. */
+static int fw_bwd_atomic_mode(const fw_problem *p, const fw_config *cfg)
 {
     if (cfg && !strcmp(cfg->name, "bwd-atomic")) return 1;
     if (cfg && !strcmp(cfg->name, "bwd-deterministic")) return 0;
+    if (p->deterministic) return 0;
     const char *env = getenv("FW_CUDA_BWD_DQ");
-    return env && !strcmp(env, "atomic");
+    return !(env && !strcmp(env, "deterministic"));
+}
+
+static int fw_bwd_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
+static int fw_bwd_rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns)
+{
+    const int64_t n[3] = {nb, nh, ns};
+    for (int i = 0; i < 3; i++)
+        if (n[i] > 1 && s[i] % 8 != 0) return 0;
+    return 1;
+}
+
+/* The tensor-core kernels' variant for p, or -1 where they do not apply (f32; head_dim above 128 or not
+ * a multiple of 8; a row not 16-byte aligned; not enough shared memory): then the CUDA-core kernels
+ * run. FW_CUDA_BWD_TC=0 forces the CUDA-core kernels, FW_CUDA_BWD_TC_VARIANT=n picks a variant. */
+static int fw_bwd_tc_pick(const fw_problem *p, int atomic, int smem_optin)
+{
+    if (p->dtype != FW_F16 && p->dtype != FW_BF16) return -1;
+    if (p->head_dim % 8 != 0 || p->head_dim > 128) return -1;
+    if (p->seqlen_q >= (1 << 28) || p->seqlen_k >= (1 << 28)) return -1; /* int window sums stay in range */
+    const char *off = getenv("FW_CUDA_BWD_TC");
+    if (off && !strcmp(off, "0")) return -1;
+    const void *ptrs[7] = {p->q, p->k, p->v, p->dout, p->dq, p->dk, p->dv};
+    for (int i = 0; i < 7; i++)
+        if (!fw_bwd_aligned16(ptrs[i])) return -1;
+    const int64_t B = p->batch, H = p->heads, Hk = p->kv_heads, Lq = p->seqlen_q, Lk = p->seqlen_k;
+    if (!fw_bwd_rows16(p->q_stride, B, H, Lq) || !fw_bwd_rows16(p->do_stride, B, H, Lq) ||
+        !fw_bwd_rows16(p->dq_stride, B, H, Lq) || !fw_bwd_rows16(p->k_stride, B, Hk, Lk) ||
+        !fw_bwd_rows16(p->v_stride, B, Hk, Lk) || !fw_bwd_rows16(p->dk_stride, B, Hk, Lk) ||
+        !fw_bwd_rows16(p->dv_stride, B, Hk, Lk))
+        return -1;
+    const int d64 = p->head_dim <= 64;
+    const int n = d64 ? fw_bwd_tc_nvariants_d64 : fw_bwd_tc_nvariants_d128;
+    int v = 0;
+    const char *env = getenv("FW_CUDA_BWD_TC_VARIANT");
+    if (env && *env) v = atoi(env);
+    if (v < 0 || v >= n) v = 0;
+    const size_t smem = d64 ? fw_bwd_tc_smem_d64(v, atomic) : fw_bwd_tc_smem_d128(v, atomic);
+    return smem <= (size_t)smem_optin ? v : -1;
 }
 
 /* The launches, with the workspace already allocated. */
-static fw_status fw_bwd_run(const fw_problem *p, fw_bwd_args *a, int atomic, const fw_exec *ex)
+static fw_status fw_bwd_run(const fw_problem *p, fw_bwd_args *a, int atomic, int tc, const fw_exec *ex)
 {
     const cudaStream_t s = (cudaStream_t)ex->stream;
     const long long rows = (long long)p->batch * p->heads * p->seqlen_q;
     const int dt = p->dtype == FW_F32 ? FW_BWD_F32 : p->dtype == FW_F16 ? FW_BWD_F16 : FW_BWD_BF16;
     const unsigned dblocks = fw_bwd_blocks(rows, FW_BWD_ROWS_PER_BLOCK);
-    float *delta = (float *)a->delta;
+    float *delta = (float *)a->delta, *lse2 = (float *)a->lse2;
     switch (dt) {
-    case FW_BWD_F32: fw_bwd_delta_kernel<float><<<dblocks, 256, 0, s>>>(*a, delta); break;
-    case FW_BWD_F16: fw_bwd_delta_kernel<__half><<<dblocks, 256, 0, s>>>(*a, delta); break;
-    default: fw_bwd_delta_kernel<__nv_bfloat16><<<dblocks, 256, 0, s>>>(*a, delta); break;
+    case FW_BWD_F32: fw_bwd_delta_kernel<float><<<dblocks, 256, 0, s>>>(*a, delta, lse2); break;
+    case FW_BWD_F16: fw_bwd_delta_kernel<__half><<<dblocks, 256, 0, s>>>(*a, delta, lse2); break;
+    default: fw_bwd_delta_kernel<__nv_bfloat16><<<dblocks, 256, 0, s>>>(*a, delta, lse2); break;
     }
     FW_CUDA_CHECK_LAUNCH();
     if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
-    switch (fw_bwd_bucket(p->head_dim)) {
+    if (tc >= 0) {
+        FW_CUDA_CHECK(p->head_dim <= 64 ? fw_bwd_tc_launch_d64(a, dt, atomic, tc, s)
+                                        : fw_bwd_tc_launch_d128(a, dt, atomic, tc, s));
+    } else switch (fw_bwd_bucket(p->head_dim)) {
     case 64: FW_CUDA_CHECK(fw_bwd_launch_d64(a, dt, atomic, s)); break;
     case 128: FW_CUDA_CHECK(fw_bwd_launch_d128(a, dt, atomic, s)); break;
     default: FW_CUDA_CHECK(fw_bwd_launch_d256(a, dt, atomic, s)); break;
@@ -145,7 +201,8 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
                "cuda:%d allows %d", (long long)p->head_dim, fw_bwd_smem_bytes(bucket), p->device.index, optin);
         return FW_ERR_UNSUPPORTED;
     }
-    const int atomic = fw_bwd_atomic_mode(cfg);
+    const int atomic = fw_bwd_atomic_mode(p, cfg);
+    const int tc = fw_bwd_tc_pick(p, atomic, optin);
 
     fw_bwd_args a;
     memset(&a, 0, sizeof a);
@@ -164,7 +221,7 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
 
     const cudaStream_t s = (cudaStream_t)ex->stream;
     const size_t rows = (size_t)(p->batch * p->heads * p->seqlen_q);
-    const size_t delta_bytes = rows * sizeof(float);
+    const size_t delta_bytes = rows * sizeof(float) * (tc >= 0 ? 2 : 1); /* Δ, and lse2 for tensor cores */
     const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
     void *delta = NULL, *acc = NULL;
     FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
@@ -177,8 +234,9 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
         }
     }
     a.delta = (const float *)delta;
+    a.lse2 = tc >= 0 ? (const float *)delta + rows : NULL;
     a.dq_acc = (float *)acc;
-    fw_status st = fw_bwd_run(p, &a, atomic, ex);
+    fw_status st = fw_bwd_run(p, &a, atomic, tc, ex);
     /* stream-ordered frees: safe while the kernels above are still running */
     cudaError_t e1 = acc ? fw_cuda_ws_free(acc, acc_bytes, s) : cudaSuccess;
     cudaError_t e2 = fw_cuda_ws_free(delta, delta_bytes, s);

@@ -32,7 +32,6 @@ int fw_cuda_count_devices(void);
 /* After every launch: the launch error, not a synchronisation. */
 #define FW_CUDA_CHECK_LAUNCH() FW_CUDA_CHECK(cudaGetLastError())
 
-#endif
 
 /* ---- device workspace (added by the cuda-naive/tiled/flash-f32 helper) ----------------------
  * Stream-ordered scratch memory from a per-device pool that keeps its memory between calls (no
@@ -69,3 +68,5 @@ struct fw_cuda_device_guard {
     bool failed() const { return ok_ == 0; }
 };
 #endif
+
+#endif /* FW_CUDA_COMMON_H */

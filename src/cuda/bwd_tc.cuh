@@ -1,0 +1,575 @@
+/* cuda-flash backward on tensor cores (f16/bf16 operands, f32 accumulation; mma.sync m16n8k16 with
+ * ldmatrix, cp.async double buffering), FlashAttention-2's algorithm. The CUDA-core kernels of
+ * bwd_kernel.cuh remain the path for f32 and for shapes this one does not take (head_dim above 128
+ * or not a multiple of 8, rows not 16-byte aligned).
+ *
+ * Preprocess (bwd_launch.cu): Δ_i = rowsum(dO_i ∘ O_i) and lse2_i = LSE_i · log2 e (+inf where the
+ * row sees no key, so that P = exp2(· − lse2) is 0 there), both f32 (B, H, Lq).
+ *
+ * dK/dV kernel, grid (⌈Lk/BN⌉, H_kv, B), W warps, BN = 16·W keys per block, warp w owns keys
+ * 16w..16w+15. The block keeps K_j, V_j in shared memory and dK_j, dV_j (f32) in registers, and walks
+ * (query head of the GQA group) × (query tile of BM rows that can see its keys); Q_i, dO_i, lse2_i, Δ_i
+ * stream through a 2-stage cp.async ring. Everything is computed transposed, keys as rows, so that
+ * every product is register-resident:
+ *     Sᵀ  = K_w Q_iᵀ            A = K (ldmatrix),        B = Q  (ldmatrix)
+ *     dPᵀ = V_w dO_iᵀ           A = V (ldmatrix),        B = dO (ldmatrix)
+ *     Pᵀ  = exp2(scale·log2e·Sᵀ − lse2),  dSᵀ = Pᵀ ∘ (dPᵀ − Δ)    (per column = per query)
+ *     dV += Pᵀ dO_i             A = Pᵀ (registers),      B = dO (ldmatrix.trans)
+ *     dK += dSᵀ Q_i             A = dSᵀ (registers),     B = Q  (ldmatrix.trans)
+ * Atomic dQ mode: dSᵀ also goes to shared memory, and after a barrier the warps compute
+ * dQ_i += scale · dS K_j (A = dS via ldmatrix.trans of dSᵀ, B = K via ldmatrix.trans) and add it into
+ * the f32 accumulator (B, H, Lq, D) with atomicAdd; a conversion kernel writes dQ.
+ *
+ * Deterministic dQ mode: a second kernel, grid (⌈Lq/BMQ⌉, H, B), BMQ = 16·W query rows (warp w owns
+ * 16), walks the key tiles its rows can see (2-stage cp.async ring of K, V) and recomputes
+ *     S = Q Kᵀ, dP = dO Vᵀ, P = exp2(scale·log2e·S − lse2), dS = P ∘ (dP − Δ), dQ += dS K
+ * in registers (the forward kernel's shape); no atomics anywhere, bit-identical run to run.
+ *
+ * Boundaries: rows past Lq and keys past Lk are zero-filled by cp.async (lse2 and Δ too), which
+ * makes their contributions exactly zero (Q = dO = 0 there gives dS = 0); tiles that cross Lk or a
+ * causal/window edge are masked per element (P = 0), which also keeps exp2 from overflowing on the
+ * zero-filled keys. Key tiles and query tiles outside the causal/window band are never visited.
+ * Every key row of dK/dV is written (zeros where no query sees the key). */
+#ifndef FW_BWD_TC_CUH
+#define FW_BWD_TC_CUH
+
+#include "bwd_kernel.cuh"
+#include "flash_tc.cuh"
+
+/* One compiled configuration of the tensor-core backward (see fw_bwd_tc_variants_d<D>). */
+typedef struct fw_bwd_tc_variant {
+    int d;          /* padded head dim: 64 or 128 */
+    int bm, w;      /* dK/dV kernel: query rows per step, warps (keys per block = 16·w) */
+    int wq, bnq;    /* dQ kernel (deterministic mode): warps (query rows = 16·wq), keys per step */
+} fw_bwd_tc_variant;
+
+/* Host launchers, one per padded head dim (bwd_tc_d<D>.cu). `variant` indexes the file's variant
+ * list (fw_bwd_tc_nvariants); smem reports the larger dynamic shared memory of the two kernels. */
+#define FW_BWD_TC_DECLARE(D)                                                                               \
+    cudaError_t fw_bwd_tc_launch_d##D(const fw_bwd_args *a, int dtype, int atomic_dq, int variant, cudaStream_t s); \
+    size_t fw_bwd_tc_smem_d##D(int variant, int atomic_dq);                                                \
+    extern const fw_bwd_tc_variant fw_bwd_tc_variants_d##D[];                                              \
+    extern const int fw_bwd_tc_nvariants_d##D;
+FW_BWD_TC_DECLARE(64)
+FW_BWD_TC_DECLARE(128)
+
+#ifdef __CUDACC__
+
+namespace fwbt {
+using namespace fwtc;
+
+/* Kernel arguments: fw_bwd_args with the window folded into ints that cannot overflow. */
+struct params {
+    const void *q, *k, *v, *dout;
+    void *dq, *dk, *dv;
+    const float *lse2, *delta;
+    float *dq_acc;
+    long long q_s[3], k_s[3], v_s[3], do_s[3], dq_s[3], dk_s[3], dv_s[3];
+    int B, H, group, Lq, Lk, d;
+    int off, wl, wr, has_window; /* visible: i + off − wl <= j <= i + off + wr (when has_window) */
+    float scale, scale_log2;
+};
+
+__device__ __forceinline__ void cp_async4(uint32_t saddr, const void *g, int bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr), "l"(g), "r"(bytes));
+}
+
+/* ROWS f32 values of a (B, H, Lq) statistics array from row i0 into shared memory, zero past Lq. */
+template <int ROWS>
+__device__ __forceinline__ void load_stats(uint32_t s, const float *g, int i0, int Lq, int tid)
+{
+    if (tid < ROWS) {
+        const bool ok = i0 + tid < Lq;
+        cp_async4(s + (uint32_t)(tid * 4), ok ? g + i0 + tid : g, ok ? 4 : 0);
+    }
+}
+
+__device__ __forceinline__ bool visible(const params &p, int i, int j)
+{
+    return j < p.Lk && (!p.has_window || (j >= i + p.off - p.wl && j <= i + p.off + p.wr));
+}
+
+template <int D, int BM, int W, bool ATOMIC> struct dkdv_geom {
+    static constexpr int BN = 16 * W, SD = D + 8, SDS = BM + 8;
+    static constexpr size_t KV_BYTES = (size_t)2 * BN * SD * 2;     /* K, V */
+    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * 2;  /* Q, dO of one stage */
+    static constexpr size_t STAT_BYTES = (size_t)2 * BM * 4;        /* lse2, Δ of one stage */
+    static constexpr size_t DS_BYTES = ATOMIC ? (size_t)BN * SDS * 2 : 0;
+    static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + DS_BYTES;
+};
+
+template <typename T, int D, int BM, int W, bool ATOMIC>
+__global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
+{
+    using G = dkdv_geom<D, BM, W, ATOMIC>;
+    constexpr int NT = W * 32, BN = G::BN, SD = G::SD, SDS = G::SDS;
+    constexpr int KD = D / 16;  /* k16 steps over the head dim */
+    constexpr int NQ = BM / 8;  /* n8 tiles of Sᵀ over queries */
+    constexpr int KQ = BM / 16; /* k16 steps over queries */
+    constexpr int ND = D / 8;   /* n8 tiles of dK, dV */
+    static_assert(BM % 16 == 0 && D % 16 == 0, "tile sizes");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sK = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sV = sK + BN * SD * 2;
+    const uint32_t sStage = sK + (uint32_t)G::KV_BYTES; /* stage s: Q at +s·STAGE, dO at +BM·SD·2 */
+    const uint32_t sStat = sStage + (uint32_t)(2 * G::STAGE_BYTES); /* stage s: lse2 at +s·STAT, Δ at +BM·4 */
+    const uint32_t sdS = sStat + (uint32_t)(2 * G::STAT_BYTES);
+    const float *stat_f = reinterpret_cast<const float *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES);
+    T *dS_t = reinterpret_cast<T *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES + 2 * G::STAT_BYTES);
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int n0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z;
+    const int n1 = min(n0 + BN, p.Lk);
+
+    /* Query rows that can see keys n0..n1-1. */
+    int qlo = 0, qhi = p.Lq;
+    if (p.has_window) {
+        qlo = max(0, n0 - p.off - p.wr);
+        qhi = min(p.Lq, n1 - 1 - p.off + p.wl + 1);
+    }
+    const int m_begin = (qlo / BM) * BM;
+    const int m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
+    const int total = m_tiles * p.group;
+
+    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+    {
+        tile_cursor<T, D, NT> c;
+        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sK, tid);
+        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sV, tid);
+    }
+    auto load_stage = [&](int it, int slot) {
+        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
+        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
+        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+        const uint32_t s = sStage + (uint32_t)(slot * G::STAGE_BYTES);
+        tile_cursor<T, D, NT> c;
+        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(s, tid);
+        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(s + BM * SD * 2, tid);
+        const long long row0 = ((long long)b * p.H + h) * p.Lq;
+        const uint32_t st = sStat + (uint32_t)(slot * G::STAT_BYTES);
+        load_stats<BM>(st, p.lse2 + row0, m0, p.Lq, tid);
+        load_stats<BM>(st + BM * 4, p.delta + row0, m0, p.Lq, (tid + BM) % NT);
+    };
+    if (total > 0) load_stage(0, 0);
+    cp_async_commit();
+
+    float acc_dk[ND][4], acc_dv[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_dk[j][e] = acc_dv[j][e] = 0.f;
+
+    const int kw = warp * 16, key0 = n0 + kw + g; /* this thread's keys: key0 and key0 + 8 */
+    /* A (K, V rows of this warp), row-major */
+    const uint32_t a_lane = (uint32_t)(((kw + (lane & 15)) * SD + (lane >> 4) * 8) * 2);
+    /* B non-trans (Q, dO rows = n) */
+    const uint32_t bn_lane = (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * SD + ((lane >> 3) & 1) * 8) * 2);
+    /* B trans (Q, dO rows = k; K rows = k in the dQ product) */
+    const uint32_t bt_lane = (uint32_t)(((lane & 15) * SD + (lane >> 4) * 8) * 2);
+
+#pragma unroll 1
+    for (int it = 0; it < total; it++) {
+        cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < total) load_stage(it + 1, (it + 1) & 1);
+        cp_async_commit();
+
+        const int slot = it & 1;
+        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
+        const uint32_t sQ = sStage + (uint32_t)(slot * G::STAGE_BYTES), sdO = sQ + BM * SD * 2;
+        const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
+
+        /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys × BM queries per warp) */
+        float s[NQ][4], dp[NQ][4];
+#pragma unroll
+        for (int j = 0; j < NQ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t ak[4], av[4];
+            ldsm_x4(sK + a_lane + kk * 32, ak[0], ak[1], ak[2], ak[3]);
+            ldsm_x4(sV + a_lane + kk * 32, av[0], av[1], av[2], av[3]);
+#pragma unroll
+            for (int np = 0; np < NQ / 2; np++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(sQ + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(s[2 * np], ak, b0, b1);
+                mma16816<T>(s[2 * np + 1], ak, b2, b3);
+                ldsm_x4(sdO + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(dp[2 * np], av, b0, b1);
+                mma16816<T>(dp[2 * np + 1], av, b2, b3);
+            }
+        }
+
+        /* Pᵀ and dSᵀ; masked only on tiles that cross Lk or a causal/window edge */
+        bool need_mask = n0 + BN > p.Lk;
+        if (p.has_window) {
+            const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
+            need_mask = need_mask || !full;
+        }
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + j * 8 + t4 * 2);
+            const float2 dl = *reinterpret_cast<const float2 *>(delta_s + j * 8 + t4 * 2);
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float pv = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                    if (need_mask && !visible(p, m0 + j * 8 + t4 * 2 + e, key0 + r * 8)) pv = 0.f;
+                    s[j][r * 2 + e] = pv;
+                    dp[j][r * 2 + e] = pv * (dp[j][r * 2 + e] - (e ? dl.y : dl.x));
+                }
+        }
+
+        /* dV += Pᵀ dO, dK += dSᵀ Q (A operands repacked from the accumulators) */
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) {
+            uint32_t ap[4], ad[4];
+            ap[0] = pack2<T>::make(s[2 * kk][0], s[2 * kk][1]);
+            ap[1] = pack2<T>::make(s[2 * kk][2], s[2 * kk][3]);
+            ap[2] = pack2<T>::make(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            ap[3] = pack2<T>::make(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            ad[0] = pack2<T>::make(dp[2 * kk][0], dp[2 * kk][1]);
+            ad[1] = pack2<T>::make(dp[2 * kk][2], dp[2 * kk][3]);
+            ad[2] = pack2<T>::make(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            ad[3] = pack2<T>::make(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            if (ATOMIC) {
+                /* dSᵀ rows kw+g, kw+g+8; query columns 16kk + 2t4 (+8) */
+                uint32_t *row0 = reinterpret_cast<uint32_t *>(dS_t + (kw + g) * SDS + kk * 16 + t4 * 2);
+                uint32_t *row8 = reinterpret_cast<uint32_t *>(dS_t + (kw + g + 8) * SDS + kk * 16 + t4 * 2);
+                row0[0] = ad[0];
+                row8[0] = ad[1];
+                row0[4] = ad[2];
+                row8[4] = ad[3];
+            }
+#pragma unroll
+            for (int dq = 0; dq < ND / 2; dq++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(sdO + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(acc_dv[2 * dq], ap, b0, b1);
+                mma16816<T>(acc_dv[2 * dq + 1], ap, b2, b3);
+                ldsm_x4_t(sQ + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(acc_dk[2 * dq], ad, b0, b1);
+                mma16816<T>(acc_dk[2 * dq + 1], ad, b2, b3);
+            }
+        }
+
+        if (ATOMIC) {
+            /* dQ_i += scale · dS K_j: warps tile (BM rows) × (D columns) as MW × DW */
+            constexpr int MW = BM / 16, DW = W / MW, DS = D / DW;
+            static_assert(MW * DW == W && DS * DW == D && DS % 16 == 0, "dQ warp tiling");
+            __syncthreads();
+            const int wm = warp % MW, wd = warp / MW;
+            float acc_dq[DS / 8][4];
+#pragma unroll
+            for (int j = 0; j < DS / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc_dq[j][e] = 0.f;
+            /* A = dS (rows = queries) from dSᵀ (rows = keys): ldmatrix.trans, matrices
+             * (m0-7,k0-7), (m8-15,k0-7), (m0-7,k8-15), (m8-15,k8-15) */
+            const uint32_t ds_lane =
+                sdS + (uint32_t)((((lane & 7) + ((lane >> 4) & 1) * 8) * SDS + wm * 16 + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[4];
+                ldsm_x4_t(ds_lane + (uint32_t)(kk * 16 * SDS * 2), a[0], a[1], a[2], a[3]);
+#pragma unroll
+                for (int dq = 0; dq < DS / 16; dq++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + wd * DS + dq * 16) * 2), b0, b1, b2, b3);
+                    mma16816<T>(acc_dq[2 * dq], a, b0, b1);
+                    mma16816<T>(acc_dq[2 * dq + 1], a, b2, b3);
+                }
+            }
+            float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = m0 + wm * 16 + g + r * 8;
+                if (row < p.Lq) {
+                    float *dst = accg + (long long)row * p.d;
+#pragma unroll
+                    for (int j = 0; j < DS / 8; j++) {
+                        const int col = wd * DS + j * 8 + t4 * 2;
+                        if (col < p.d) {
+                            atomicAdd(dst + col, acc_dq[j][r * 2] * p.scale);
+                            atomicAdd(dst + col + 1, acc_dq[j][r * 2 + 1] * p.scale);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    /* dK (scaled) and dV of this warp's 16 keys */
+    T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
+    T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + r * 8;
+        if (key < p.Lk) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < p.d) {
+                    *reinterpret_cast<uint32_t *>(dkg + (long long)key * p.dk_s[2] + col) =
+                        pack2<T>::make(acc_dk[j][r * 2] * p.scale, acc_dk[j][r * 2 + 1] * p.scale);
+                    *reinterpret_cast<uint32_t *>(dvg + (long long)key * p.dv_s[2] + col) =
+                        pack2<T>::make(acc_dv[j][r * 2], acc_dv[j][r * 2 + 1]);
+                }
+            }
+        }
+    }
+}
+
+template <int D, int W, int BN> struct dq_geom {
+    static constexpr int BM = 16 * W, SD = D + 8;
+    static constexpr size_t SMEM = (size_t)(2 * BM + 2 * 2 * BN) * SD * 2; /* Q, dO; 2 stages of K, V */
+};
+
+template <typename T, int D, int W, int BN>
+__global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
+{
+    using G = dq_geom<D, W, BN>;
+    constexpr int NT = W * 32, BM = G::BM, SD = G::SD;
+    constexpr int KD = D / 16, NN = BN / 8, KN = BN / 16, ND = D / 8;
+    constexpr uint32_t TILE = BN * SD * 2;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sQ = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sdO = sQ + BM * SD * 2;
+    const uint32_t sKV = sdO + BM * SD * 2; /* stage s: K at +2s·TILE, V at +(2s+1)·TILE */
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int nmb = (p.Lq + BM - 1) / BM;
+    const int mb = p.has_window ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x; /* longest first */
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+    const int m0 = mb * BM;
+    const int mlast = min(m0 + BM, p.Lq) - 1;
+    int lo = 0, hi = p.Lk;
+    if (p.has_window) {
+        lo = max(0, m0 + p.off - p.wl);
+        hi = min(p.Lk, mlast + p.off + p.wr + 1);
+    }
+    const int n_begin = (lo / BN) * BN;
+    const int n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
+
+    const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
+    const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+    {
+        tile_cursor<T, D, NT> c;
+        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(sQ, tid);
+        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(sdO, tid);
+    }
+    tile_cursor<T, D, NT> kc, vc;
+    kc.init(kg, p.k_s[2], n_begin, p.Lk, p.d, tid);
+    vc.init(vg, p.v_s[2], n_begin, p.Lk, p.d, tid);
+    if (n_tiles > 0) {
+        kc.template load<BN, SD>(sKV, tid);
+        vc.template load<BN, SD>(sKV + TILE, tid);
+    }
+    cp_async_commit();
+
+    /* this thread's rows: wrow0 + g and + 8 */
+    const int wrow0 = warp * 16;
+    float l2[2], dl[2];
+    const long long row0 = ((long long)b * p.H + h) * p.Lq;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = m0 + wrow0 + g + r * 8;
+        l2[r] = i < p.Lq ? p.lse2[row0 + i] : 0.f;
+        dl[r] = i < p.Lq ? p.delta[row0 + i] : 0.f;
+    }
+    float acc[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+
+    const uint32_t a_lane = (uint32_t)(((wrow0 + (lane & 15)) * SD + (lane >> 4) * 8) * 2);
+    const uint32_t bn_lane = (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * SD + ((lane >> 3) & 1) * 8) * 2);
+    const uint32_t bt_lane = (uint32_t)(((lane & 15) * SD + (lane >> 4) * 8) * 2);
+
+#pragma unroll 1
+    for (int it = 0; it < n_tiles; it++) {
+        cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < n_tiles) {
+            const uint32_t nx = sKV + (uint32_t)(((it + 1) & 1) * 2 * TILE);
+            kc.template load<BN, SD>(nx, tid);
+            vc.template load<BN, SD>(nx + TILE, tid);
+        }
+        cp_async_commit();
+        const uint32_t sK = sKV + (uint32_t)((it & 1) * 2 * TILE), sV = sK + TILE;
+        const int n0 = n_begin + it * BN;
+
+        float s[NN][4], dp[NN][4];
+#pragma unroll
+        for (int j = 0; j < NN; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t aq[4], ado[4];
+            ldsm_x4(sQ + a_lane + kk * 32, aq[0], aq[1], aq[2], aq[3]);
+            ldsm_x4(sdO + a_lane + kk * 32, ado[0], ado[1], ado[2], ado[3]);
+#pragma unroll
+            for (int np = 0; np < NN / 2; np++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(sK + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(s[2 * np], aq, b0, b1);
+                mma16816<T>(s[2 * np + 1], aq, b2, b3);
+                ldsm_x4(sV + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(dp[2 * np], ado, b0, b1);
+                mma16816<T>(dp[2 * np + 1], ado, b2, b3);
+            }
+        }
+
+        bool need_mask = n0 + BN > p.Lk;
+        if (p.has_window) {
+            const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
+            need_mask = need_mask || !full;
+        }
+#pragma unroll
+        for (int j = 0; j < NN; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float pv = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -l2[r]));
+                    if (need_mask && !visible(p, m0 + wrow0 + g + r * 8, n0 + j * 8 + t4 * 2 + e)) pv = 0.f;
+                    dp[j][r * 2 + e] = pv * (dp[j][r * 2 + e] - dl[r]);
+                }
+
+        /* dQ += dS K */
+#pragma unroll
+        for (int kk = 0; kk < KN; kk++) {
+            uint32_t a[4];
+            a[0] = pack2<T>::make(dp[2 * kk][0], dp[2 * kk][1]);
+            a[1] = pack2<T>::make(dp[2 * kk][2], dp[2 * kk][3]);
+            a[2] = pack2<T>::make(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            a[3] = pack2<T>::make(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int dq = 0; dq < ND / 2; dq++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
+                mma16816<T>(acc[2 * dq], a, b0, b1);
+                mma16816<T>(acc[2 * dq + 1], a, b2, b3);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    T *dqg = reinterpret_cast<T *>(p.dq) + (long long)b * p.dq_s[0] + (long long)h * p.dq_s[1];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = m0 + wrow0 + g + r * 8;
+        if (row < p.Lq) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < p.d)
+                    *reinterpret_cast<uint32_t *>(dqg + (long long)row * p.dq_s[2] + col) =
+                        pack2<T>::make(acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+            }
+        }
+    }
+}
+
+/* Raise a kernel's dynamic shared-memory limit (every call: cheap, and safe across devices). */
+template <typename K> static cudaError_t set_smem(K kernel, size_t bytes)
+{
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+template <typename T, int D, int BM, int W, int WQ, int BNQ>
+static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
+{
+    const dim3 grid_kv((unsigned)((p.Lk + 16 * W - 1) / (16 * W)), (unsigned)(p.H / p.group), (unsigned)p.B);
+    cudaError_t e;
+    if (atomic_dq) {
+        const size_t smem = dkdv_geom<D, BM, W, true>::SMEM;
+        if ((e = set_smem(dkdv_kernel<T, D, BM, W, true>, smem)) != cudaSuccess) return e;
+        dkdv_kernel<T, D, BM, W, true><<<grid_kv, W * 32, smem, s>>>(p);
+        return cudaGetLastError();
+    }
+    const size_t smem = dkdv_geom<D, BM, W, false>::SMEM;
+    if ((e = set_smem(dkdv_kernel<T, D, BM, W, false>, smem)) != cudaSuccess) return e;
+    dkdv_kernel<T, D, BM, W, false><<<grid_kv, W * 32, smem, s>>>(p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    const size_t smem_q = dq_geom<D, WQ, BNQ>::SMEM;
+    if ((e = set_smem(dq_kernel<T, D, WQ, BNQ>, smem_q)) != cudaSuccess) return e;
+    const dim3 grid_q((unsigned)((p.Lq + 16 * WQ - 1) / (16 * WQ)), (unsigned)p.H, (unsigned)p.B);
+    dq_kernel<T, D, WQ, BNQ><<<grid_q, WQ * 32, smem_q, s>>>(p);
+    return cudaGetLastError();
+}
+
+template <int D, int BM, int W, int WQ, int BNQ> static size_t smem_of(int atomic_dq)
+{
+    if (atomic_dq) return dkdv_geom<D, BM, W, true>::SMEM;
+    const size_t a = dkdv_geom<D, BM, W, false>::SMEM, b = dq_geom<D, WQ, BNQ>::SMEM;
+    return a > b ? a : b;
+}
+
+/* fw_bwd_args → params: the window as ints (an unbounded side becomes Lq + Lk, which is as good). */
+static inline params make_params(const fw_bwd_args *a)
+{
+    params p;
+    p.q = a->q; p.k = a->k; p.v = a->v; p.dout = a->dout;
+    p.dq = a->dq; p.dk = a->dk; p.dv = a->dv;
+    p.lse2 = a->lse2; p.delta = a->delta; p.dq_acc = a->dq_acc;
+    for (int i = 0; i < 3; i++) {
+        p.q_s[i] = a->q_s[i]; p.k_s[i] = a->k_s[i]; p.v_s[i] = a->v_s[i]; p.do_s[i] = a->do_s[i];
+        p.dq_s[i] = a->dq_s[i]; p.dk_s[i] = a->dk_s[i]; p.dv_s[i] = a->dv_s[i];
+    }
+    p.B = a->B; p.H = a->H; p.group = a->group; p.Lq = a->Lq; p.Lk = a->Lk; p.d = a->D;
+    const long long big = (long long)a->Lq + a->Lk + 1;
+    const long long wl = a->wl < big ? a->wl : big, wr = a->wr < big ? a->wr : big;
+    p.has_window = wl < big || wr < big;
+    p.wl = (int)wl; p.wr = (int)wr; p.off = (int)a->off;
+    p.scale = a->scale;
+    p.scale_log2 = a->scale * 1.4426950408889634f;
+    return p;
+}
+
+} /* namespace fwbt */
+
+/* One file's variants and dispatch. LIST(X, D) expands X(D, index, BM, W, WQ, BNQ) per variant. */
+#define FW_BWD_TC_ROW(D, I, BM, W, WQ, BNQ) {D, BM, W, WQ, BNQ},
+#define FW_BWD_TC_CASE(D, I, BM, W, WQ, BNQ)                                                               \
+    case I:                                                                                                \
+        return dtype == FW_BWD_F16 ? fwbt::launch<__half, D, BM, W, WQ, BNQ>(p, atomic_dq, s)              \
+                                   : fwbt::launch<__nv_bfloat16, D, BM, W, WQ, BNQ>(p, atomic_dq, s);
+#define FW_BWD_TC_SMEM(D, I, BM, W, WQ, BNQ)                                                               \
+    case I: return fwbt::smem_of<D, BM, W, WQ, BNQ>(atomic_dq);
+#define FW_BWD_TC_DEFINE(D, LIST)                                                                          \
+    const fw_bwd_tc_variant fw_bwd_tc_variants_d##D[] = {LIST(FW_BWD_TC_ROW, D)};                          \
+    const int fw_bwd_tc_nvariants_d##D = (int)(sizeof fw_bwd_tc_variants_d##D / sizeof fw_bwd_tc_variants_d##D[0]); \
+    cudaError_t fw_bwd_tc_launch_d##D(const fw_bwd_args *a, int dtype, int atomic_dq, int variant, cudaStream_t s) \
+    {                                                                                                      \
+        if (dtype != FW_BWD_F16 && dtype != FW_BWD_BF16) return cudaErrorInvalidValue;                     \
+        const fwbt::params p = fwbt::make_params(a);                                                       \
+        switch (variant) { LIST(FW_BWD_TC_CASE, D) default: return cudaErrorInvalidValue; }                \
+    }                                                                                                      \
+    size_t fw_bwd_tc_smem_d##D(int variant, int atomic_dq)                                                 \
+    {                                                                                                      \
+        switch (variant) { LIST(FW_BWD_TC_SMEM, D) default: return 0; }                                    \
+    }
+
+#endif /* __CUDACC__ */
+#endif
