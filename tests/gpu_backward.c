@@ -432,8 +432,14 @@ static void bench(int reps)
     printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det_v0", "atom_v0",
            "atom_v1", "atom_v2", "det_v1", "det_v2", "TF/s_det", "TF/s_atom");
     const int Ds[2] = {64, 128};
+    /* FW_BWD_BENCH_ONLY=D:L runs one shape (for profilers) */
+    int only_d = 0;
+    long long only_l = 0;
+    const char *only = getenv("FW_BWD_BENCH_ONLY");
+    if (only && sscanf(only, "%d:%lld", &only_d, &only_l) != 2) only_d = 0;
     for (int di = 0; di < 2; di++)
         for (int64_t L = 1024; L <= 16384; L *= 2) {
+            if (only_d && (only_d != Ds[di] || only_l != L)) continue;
             fw_case c = fw_case_default();
             c.batch = 16384 / L; c.heads = c.kv_heads = 2048 / Ds[di]; c.seqlen_q = c.seqlen_k = L;
             c.head_dim = Ds[di]; c.dtype = FW_BF16; c.device.kind = FW_DEVICE_CUDA; c.device.index = 0;

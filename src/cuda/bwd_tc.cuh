@@ -38,9 +38,9 @@
 
 /* One compiled configuration of the tensor-core backward (see fw_bwd_tc_variants_d<D>). */
 typedef struct fw_bwd_tc_variant {
-    int d;          /* padded head dim: 64 or 128 */
-    int bm, w;      /* dK/dV kernel: query rows per step, warps (keys per block = 16·w) */
-    int wq, bnq;    /* dQ kernel (deterministic mode): warps (query rows = 16·wq), keys per step */
+    int d;            /* padded head dim: 64 or 128 */
+    int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile */
+    int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per step */
 } fw_bwd_tc_variant;
 
 /* Host launchers, one per padded head dim (bwd_tc_d<D>.cu). `variant` indexes the file's variant
@@ -99,16 +99,16 @@ template <int D, int BM, int W, bool ATOMIC> struct dkdv_geom {
     static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + DS_BYTES;
 };
 
-template <typename T, int D, int BM, int W, bool ATOMIC>
+template <typename T, int D, int BM, int W, bool ATOMIC, int QS>
 __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
 {
     using G = dkdv_geom<D, BM, W, ATOMIC>;
     constexpr int NT = W * 32, BN = G::BN, SD = G::SD, SDS = G::SDS;
     constexpr int KD = D / 16;  /* k16 steps over the head dim */
-    constexpr int NQ = BM / 8;  /* n8 tiles of Sᵀ over queries */
-    constexpr int KQ = BM / 16; /* k16 steps over queries */
+    constexpr int NQ = QS / 8;  /* n8 tiles of Sᵀ over the queries of one sub-tile */
+    constexpr int KQ = QS / 16; /* k16 steps over them */
     constexpr int ND = D / 8;   /* n8 tiles of dK, dV */
-    static_assert(BM % 16 == 0 && D % 16 == 0, "tile sizes");
+    static_assert(BM % QS == 0 && QS % 16 == 0 && D % 16 == 0, "tile sizes");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t sK = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -187,122 +187,142 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
         const uint32_t sQ = sStage + (uint32_t)(slot * G::STAGE_BYTES), sdO = sQ + BM * SD * 2;
         const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
 
-        /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys × BM queries per warp) */
-        float s[NQ][4], dp[NQ][4];
-#pragma unroll
-        for (int j = 0; j < NQ; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t ak[4], av[4];
-            ldsm_x4(sK + a_lane + kk * 32, ak[0], ak[1], ak[2], ak[3]);
-            ldsm_x4(sV + a_lane + kk * 32, av[0], av[1], av[2], av[3]);
-#pragma unroll
-            for (int np = 0; np < NQ / 2; np++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(sQ + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(s[2 * np], ak, b0, b1);
-                mma16816<T>(s[2 * np + 1], ak, b2, b3);
-                ldsm_x4(sdO + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(dp[2 * np], av, b0, b1);
-                mma16816<T>(dp[2 * np + 1], av, b2, b3);
-            }
-        }
-
-        /* Pᵀ and dSᵀ; masked only on tiles that cross Lk or a causal/window edge */
         bool need_mask = n0 + BN > p.Lk;
         if (p.has_window) {
             const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
             need_mask = need_mask || !full;
         }
+        /* The BM queries in sub-tiles of QS (QS < BM: fewer score registers live next to dK, dV).
+         * Not unrolled, so that the sub-tiles do not overlap in registers. */
+#pragma unroll 1
+        for (int qs = 0; qs < BM / QS; qs++) {
+            const uint32_t sQs = sQ + (uint32_t)(qs * QS * SD * 2), sdOs = sdO + (uint32_t)(qs * QS * SD * 2);
+            const int q0 = m0 + qs * QS;
+            /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (16 keys × QS queries per warp) */
+            float s[NQ][4], dp[NQ][4];
 #pragma unroll
-        for (int j = 0; j < NQ; j++) {
-            const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + j * 8 + t4 * 2);
-            const float2 dl = *reinterpret_cast<const float2 *>(delta_s + j * 8 + t4 * 2);
+            for (int j = 0; j < NQ; j++)
 #pragma unroll
-            for (int r = 0; r < 2; r++)
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float pv = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
-                    if (need_mask && !visible(p, m0 + j * 8 + t4 * 2 + e, key0 + r * 8)) pv = 0.f;
-                    s[j][r * 2 + e] = pv;
-                    dp[j][r * 2 + e] = pv * (dp[j][r * 2 + e] - (e ? dl.y : dl.x));
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t ak[4], av[4];
+                ldsm_x4(sK + a_lane + kk * 32, ak[0], ak[1], ak[2], ak[3]);
+                ldsm_x4(sV + a_lane + kk * 32, av[0], av[1], av[2], av[3]);
+#pragma unroll
+                for (int np = 0; np < NQ / 2; np++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4(sQs + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
+                    mma16816<T>(s[2 * np], ak, b0, b1);
+                    mma16816<T>(s[2 * np + 1], ak, b2, b3);
+                    ldsm_x4(sdOs + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
+                    mma16816<T>(dp[2 * np], av, b0, b1);
+                    mma16816<T>(dp[2 * np + 1], av, b2, b3);
                 }
-        }
-
-        /* dV += Pᵀ dO, dK += dSᵀ Q (A operands repacked from the accumulators) */
-#pragma unroll
-        for (int kk = 0; kk < KQ; kk++) {
-            uint32_t ap[4], ad[4];
-            ap[0] = pack2<T>::make(s[2 * kk][0], s[2 * kk][1]);
-            ap[1] = pack2<T>::make(s[2 * kk][2], s[2 * kk][3]);
-            ap[2] = pack2<T>::make(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            ap[3] = pack2<T>::make(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            ad[0] = pack2<T>::make(dp[2 * kk][0], dp[2 * kk][1]);
-            ad[1] = pack2<T>::make(dp[2 * kk][2], dp[2 * kk][3]);
-            ad[2] = pack2<T>::make(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            ad[3] = pack2<T>::make(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-            if (ATOMIC) {
-                /* dSᵀ rows kw+g, kw+g+8; query columns 16kk + 2t4 (+8) */
-                uint32_t *row0 = reinterpret_cast<uint32_t *>(dS_t + (kw + g) * SDS + kk * 16 + t4 * 2);
-                uint32_t *row8 = reinterpret_cast<uint32_t *>(dS_t + (kw + g + 8) * SDS + kk * 16 + t4 * 2);
-                row0[0] = ad[0];
-                row8[0] = ad[1];
-                row0[4] = ad[2];
-                row8[4] = ad[3];
             }
+
+            /* Pᵀ and dSᵀ; masked only on tiles that cross Lk or a causal/window edge */
 #pragma unroll
-            for (int dq = 0; dq < ND / 2; dq++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(sdO + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(acc_dv[2 * dq], ap, b0, b1);
-                mma16816<T>(acc_dv[2 * dq + 1], ap, b2, b3);
-                ldsm_x4_t(sQ + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(acc_dk[2 * dq], ad, b0, b1);
-                mma16816<T>(acc_dk[2 * dq + 1], ad, b2, b3);
+            for (int j = 0; j < NQ; j++) {
+                const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + qs * QS + j * 8 + t4 * 2);
+                const float2 dl = *reinterpret_cast<const float2 *>(delta_s + qs * QS + j * 8 + t4 * 2);
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float pv = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                        if (need_mask && !visible(p, q0 + j * 8 + t4 * 2 + e, key0 + r * 8)) pv = 0.f;
+                        s[j][r * 2 + e] = pv;
+                        dp[j][r * 2 + e] = pv * (dp[j][r * 2 + e] - (e ? dl.y : dl.x));
+                    }
+            }
+
+            /* dV += Pᵀ dO, dK += dSᵀ Q (A operands repacked from the accumulators) */
+#pragma unroll
+            for (int kk = 0; kk < KQ; kk++) {
+                uint32_t ap[4], ad[4];
+                ap[0] = pack2<T>::make(s[2 * kk][0], s[2 * kk][1]);
+                ap[1] = pack2<T>::make(s[2 * kk][2], s[2 * kk][3]);
+                ap[2] = pack2<T>::make(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                ap[3] = pack2<T>::make(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                ad[0] = pack2<T>::make(dp[2 * kk][0], dp[2 * kk][1]);
+                ad[1] = pack2<T>::make(dp[2 * kk][2], dp[2 * kk][3]);
+                ad[2] = pack2<T>::make(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+                ad[3] = pack2<T>::make(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+                if (ATOMIC) {
+                    /* dSᵀ rows kw+g, kw+g+8; query columns qs·QS + 16kk + 2t4 (+8) */
+                    const int c = qs * QS + kk * 16 + t4 * 2;
+                    uint32_t *row0 = reinterpret_cast<uint32_t *>(dS_t + (kw + g) * SDS + c);
+                    uint32_t *row8 = reinterpret_cast<uint32_t *>(dS_t + (kw + g + 8) * SDS + c);
+                    row0[0] = ad[0];
+                    row8[0] = ad[1];
+                    row0[4] = ad[2];
+                    row8[4] = ad[3];
+                }
+#pragma unroll
+                for (int dq = 0; dq < ND / 2; dq++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4_t(sdOs + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
+                    mma16816<T>(acc_dv[2 * dq], ap, b0, b1);
+                    mma16816<T>(acc_dv[2 * dq + 1], ap, b2, b3);
+                    ldsm_x4_t(sQs + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
+                    mma16816<T>(acc_dk[2 * dq], ad, b0, b1);
+                    mma16816<T>(acc_dk[2 * dq + 1], ad, b2, b3);
+                }
             }
         }
 
         if (ATOMIC) {
-            /* dQ_i += scale · dS K_j: warps tile (BM rows) × (D columns) as MW × DW */
+            /* dQ_i += scale · dS K_j: warps tile (BM rows) × (D columns) as MW × DW; a warp's DS columns
+             * in SPLIT passes, so that the dQ accumulator does not push dK, dV out of registers */
             constexpr int MW = BM / 16, DW = W / MW, DS = D / DW;
-            static_assert(MW * DW == W && DS * DW == D && DS % 16 == 0, "dQ warp tiling");
+            constexpr int SPLIT = DS >= 64 ? 2 : 1, DH = DS / SPLIT;
+            static_assert(MW * DW == W && DS * DW == D && DH % 16 == 0, "dQ warp tiling");
             __syncthreads();
             const int wm = warp % MW, wd = warp / MW;
-            float acc_dq[DS / 8][4];
-#pragma unroll
-            for (int j = 0; j < DS / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc_dq[j][e] = 0.f;
             /* A = dS (rows = queries) from dSᵀ (rows = keys): ldmatrix.trans, matrices
              * (m0-7,k0-7), (m8-15,k0-7), (m0-7,k8-15), (m8-15,k8-15) */
             const uint32_t ds_lane =
                 sdS + (uint32_t)((((lane & 7) + ((lane >> 4) & 1) * 8) * SDS + wm * 16 + ((lane >> 3) & 1) * 8) * 2);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t a[4];
-                ldsm_x4_t(ds_lane + (uint32_t)(kk * 16 * SDS * 2), a[0], a[1], a[2], a[3]);
-#pragma unroll
-                for (int dq = 0; dq < DS / 16; dq++) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + wd * DS + dq * 16) * 2), b0, b1, b2, b3);
-                    mma16816<T>(acc_dq[2 * dq], a, b0, b1);
-                    mma16816<T>(acc_dq[2 * dq + 1], a, b2, b3);
-                }
-            }
             float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = m0 + wm * 16 + g + r * 8;
-                if (row < p.Lq) {
-                    float *dst = accg + (long long)row * p.d;
+            for (int half = 0; half < SPLIT; half++) {
+                const int c0 = wd * DS + half * DH;
+                float acc_dq[DH / 8][4];
 #pragma unroll
-                    for (int j = 0; j < DS / 8; j++) {
-                        const int col = wd * DS + j * 8 + t4 * 2;
-                        if (col < p.d) {
-                            atomicAdd(dst + col, acc_dq[j][r * 2] * p.scale);
-                            atomicAdd(dst + col + 1, acc_dq[j][r * 2 + 1] * p.scale);
+                for (int j = 0; j < DH / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc_dq[j][e] = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) {
+                    uint32_t a[4];
+                    ldsm_x4_t(ds_lane + (uint32_t)(kk * 16 * SDS * 2), a[0], a[1], a[2], a[3]);
+#pragma unroll
+                    for (int dq = 0; dq < DH / 16; dq++) {
+                        uint32_t b0, b1, b2, b3;
+                        ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + c0 + dq * 16) * 2), b0, b1, b2, b3);
+                        mma16816<T>(acc_dq[2 * dq], a, b0, b1);
+                        mma16816<T>(acc_dq[2 * dq + 1], a, b2, b3);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = m0 + wm * 16 + g + r * 8;
+                    if (row < p.Lq) {
+                        float *dst = accg + (long long)row * p.d;
+#pragma unroll
+                        for (int j = 0; j < DH / 8; j++) {
+                            const int col = c0 + j * 8 + t4 * 2;
+                            if (col < p.d) {
+#if __CUDA_ARCH__ >= 900
+                                /* one vector reduction for the pair (8-byte aligned: d and col are even) */
+                                atomicAdd(reinterpret_cast<float2 *>(dst + col),
+                                          make_float2(acc_dq[j][r * 2] * p.scale, acc_dq[j][r * 2 + 1] * p.scale));
+#else
+                                atomicAdd(dst + col, acc_dq[j][r * 2] * p.scale);
+                                atomicAdd(dst + col + 1, acc_dq[j][r * 2 + 1] * p.scale);
+#endif
+                            }
                         }
                     }
                 }
@@ -332,15 +352,16 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
     }
 }
 
-template <int D, int W, int BN> struct dq_geom {
-    static constexpr int BM = 16 * W, SD = D + 8;
+template <int D, int W, int MT, int BN> struct dq_geom {
+    static constexpr int BM = 16 * W * MT, SD = D + 8;
     static constexpr size_t SMEM = (size_t)(2 * BM + 2 * 2 * BN) * SD * 2; /* Q, dO; 2 stages of K, V */
 };
 
-template <typename T, int D, int W, int BN>
+/* Deterministic dQ: W warps of MT m16 tiles each (BM = 16·W·MT query rows), BN keys per step. */
+template <typename T, int D, int W, int MT, int BN>
 __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
 {
-    using G = dq_geom<D, W, BN>;
+    using G = dq_geom<D, W, MT, BN>;
     constexpr int NT = W * 32, BM = G::BM, SD = G::SD;
     constexpr int KD = D / 16, NN = BN / 8, KN = BN / 16, ND = D / 8;
     constexpr uint32_t TILE = BN * SD * 2;
@@ -385,21 +406,25 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
     }
     cp_async_commit();
 
-    /* this thread's rows: wrow0 + g and + 8 */
-    const int wrow0 = warp * 16;
-    float l2[2], dl[2];
+    /* this thread's rows: wrow0 + 16·mt + g (+ 8) */
+    const int wrow0 = warp * MT * 16;
+    float l2[MT][2], dl[MT][2];
     const long long row0 = ((long long)b * p.H + h) * p.Lq;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = m0 + wrow0 + g + r * 8;
-        l2[r] = i < p.Lq ? p.lse2[row0 + i] : 0.f;
-        dl[r] = i < p.Lq ? p.delta[row0 + i] : 0.f;
-    }
-    float acc[ND][4];
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int j = 0; j < ND; j++)
+        for (int r = 0; r < 2; r++) {
+            const int i = m0 + wrow0 + mt * 16 + g + r * 8;
+            l2[mt][r] = i < p.Lq ? p.lse2[row0 + i] : 0.f;
+            dl[mt][r] = i < p.Lq ? p.delta[row0 + i] : 0.f;
+        }
+    float acc[MT][ND][4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < ND; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.f;
 
     const uint32_t a_lane = (uint32_t)(((wrow0 + (lane & 15)) * SD + (lane >> 4) * 8) * 2);
     const uint32_t bn_lane = (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * SD + ((lane >> 3) & 1) * 8) * 2);
@@ -418,25 +443,37 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
         const uint32_t sK = sKV + (uint32_t)((it & 1) * 2 * TILE), sV = sK + TILE;
         const int n0 = n_begin + it * BN;
 
-        float s[NN][4], dp[NN][4];
+        float s[MT][NN][4], dp[MT][NN][4];
 #pragma unroll
-        for (int j = 0; j < NN; j++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
+            for (int j = 0; j < NN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][j][e] = dp[mt][j][e] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < KD; kk++) {
-            uint32_t aq[4], ado[4];
-            ldsm_x4(sQ + a_lane + kk * 32, aq[0], aq[1], aq[2], aq[3]);
-            ldsm_x4(sdO + a_lane + kk * 32, ado[0], ado[1], ado[2], ado[3]);
+            uint32_t aq[MT][4], ado[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                ldsm_x4(sQ + a_lane + (uint32_t)((mt * 16 * SD + kk * 16) * 2), aq[mt][0], aq[mt][1], aq[mt][2], aq[mt][3]);
+                ldsm_x4(sdO + a_lane + (uint32_t)((mt * 16 * SD + kk * 16) * 2), ado[mt][0], ado[mt][1], ado[mt][2],
+                        ado[mt][3]);
+            }
 #pragma unroll
             for (int np = 0; np < NN / 2; np++) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(sK + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(s[2 * np], aq, b0, b1);
-                mma16816<T>(s[2 * np + 1], aq, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816<T>(s[mt][2 * np], aq[mt], b0, b1);
+                    mma16816<T>(s[mt][2 * np + 1], aq[mt], b2, b3);
+                }
                 ldsm_x4(sV + bn_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(dp[2 * np], ado, b0, b1);
-                mma16816<T>(dp[2 * np + 1], ado, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816<T>(dp[mt][2 * np], ado[mt], b0, b1);
+                    mma16816<T>(dp[mt][2 * np + 1], ado[mt], b2, b3);
+                }
             }
         }
 
@@ -446,30 +483,39 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
             need_mask = need_mask || !full;
         }
 #pragma unroll
-        for (int j = 0; j < NN; j++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int r = 0; r < 2; r++)
+            for (int j = 0; j < NN; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float pv = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -l2[r]));
-                    if (need_mask && !visible(p, m0 + wrow0 + g + r * 8, n0 + j * 8 + t4 * 2 + e)) pv = 0.f;
-                    dp[j][r * 2 + e] = pv * (dp[j][r * 2 + e] - dl[r]);
-                }
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float pv = fast_exp2(fmaf(s[mt][j][r * 2 + e], p.scale_log2, -l2[mt][r]));
+                        if (need_mask && !visible(p, m0 + wrow0 + mt * 16 + g + r * 8, n0 + j * 8 + t4 * 2 + e))
+                            pv = 0.f;
+                        dp[mt][j][r * 2 + e] = pv * (dp[mt][j][r * 2 + e] - dl[mt][r]);
+                    }
 
         /* dQ += dS K */
 #pragma unroll
         for (int kk = 0; kk < KN; kk++) {
-            uint32_t a[4];
-            a[0] = pack2<T>::make(dp[2 * kk][0], dp[2 * kk][1]);
-            a[1] = pack2<T>::make(dp[2 * kk][2], dp[2 * kk][3]);
-            a[2] = pack2<T>::make(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-            a[3] = pack2<T>::make(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = pack2<T>::make(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
+                a[mt][1] = pack2<T>::make(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
+                a[mt][2] = pack2<T>::make(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
+                a[mt][3] = pack2<T>::make(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dq = 0; dq < ND / 2; dq++) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
-                mma16816<T>(acc[2 * dq], a, b0, b1);
-                mma16816<T>(acc[2 * dq + 1], a, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816<T>(acc[mt][2 * dq], a[mt], b0, b1);
+                    mma16816<T>(acc[mt][2 * dq + 1], a[mt], b2, b3);
+                }
             }
         }
     }
@@ -477,18 +523,20 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
 
     T *dqg = reinterpret_cast<T *>(p.dq) + (long long)b * p.dq_s[0] + (long long)h * p.dq_s[1];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = m0 + wrow0 + g + r * 8;
-        if (row < p.Lq) {
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int j = 0; j < ND; j++) {
-                const int col = j * 8 + t4 * 2;
-                if (col < p.d)
-                    *reinterpret_cast<uint32_t *>(dqg + (long long)row * p.dq_s[2] + col) =
-                        pack2<T>::make(acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+        for (int r = 0; r < 2; r++) {
+            const int row = m0 + wrow0 + mt * 16 + g + r * 8;
+            if (row < p.Lq) {
+#pragma unroll
+                for (int j = 0; j < ND; j++) {
+                    const int col = j * 8 + t4 * 2;
+                    if (col < p.d)
+                        *reinterpret_cast<uint32_t *>(dqg + (long long)row * p.dq_s[2] + col) =
+                            pack2<T>::make(acc[mt][j][r * 2] * p.scale, acc[mt][j][r * 2 + 1] * p.scale);
+                }
             }
         }
-    }
 }
 
 /* Raise a kernel's dynamic shared-memory limit (every call: cheap, and safe across devices). */
@@ -497,32 +545,32 @@ template <typename K> static cudaError_t set_smem(K kernel, size_t bytes)
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <typename T, int D, int BM, int W, int WQ, int BNQ>
+template <typename T, int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ>
 static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 {
     const dim3 grid_kv((unsigned)((p.Lk + 16 * W - 1) / (16 * W)), (unsigned)(p.H / p.group), (unsigned)p.B);
     cudaError_t e;
     if (atomic_dq) {
         const size_t smem = dkdv_geom<D, BM, W, true>::SMEM;
-        if ((e = set_smem(dkdv_kernel<T, D, BM, W, true>, smem)) != cudaSuccess) return e;
-        dkdv_kernel<T, D, BM, W, true><<<grid_kv, W * 32, smem, s>>>(p);
+        if ((e = set_smem(dkdv_kernel<T, D, BM, W, true, QS>, smem)) != cudaSuccess) return e;
+        dkdv_kernel<T, D, BM, W, true, QS><<<grid_kv, W * 32, smem, s>>>(p);
         return cudaGetLastError();
     }
     const size_t smem = dkdv_geom<D, BM, W, false>::SMEM;
-    if ((e = set_smem(dkdv_kernel<T, D, BM, W, false>, smem)) != cudaSuccess) return e;
-    dkdv_kernel<T, D, BM, W, false><<<grid_kv, W * 32, smem, s>>>(p);
+    if ((e = set_smem(dkdv_kernel<T, D, BM, W, false, QS>, smem)) != cudaSuccess) return e;
+    dkdv_kernel<T, D, BM, W, false, QS><<<grid_kv, W * 32, smem, s>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    const size_t smem_q = dq_geom<D, WQ, BNQ>::SMEM;
-    if ((e = set_smem(dq_kernel<T, D, WQ, BNQ>, smem_q)) != cudaSuccess) return e;
-    const dim3 grid_q((unsigned)((p.Lq + 16 * WQ - 1) / (16 * WQ)), (unsigned)p.H, (unsigned)p.B);
-    dq_kernel<T, D, WQ, BNQ><<<grid_q, WQ * 32, smem_q, s>>>(p);
+    using GQ = dq_geom<D, WQ, MTQ, BNQ>;
+    if ((e = set_smem(dq_kernel<T, D, WQ, MTQ, BNQ>, GQ::SMEM)) != cudaSuccess) return e;
+    const dim3 grid_q((unsigned)((p.Lq + GQ::BM - 1) / GQ::BM), (unsigned)p.H, (unsigned)p.B);
+    dq_kernel<T, D, WQ, MTQ, BNQ><<<grid_q, WQ * 32, GQ::SMEM, s>>>(p);
     return cudaGetLastError();
 }
 
-template <int D, int BM, int W, int WQ, int BNQ> static size_t smem_of(int atomic_dq)
+template <int D, int BM, int W, int WQ, int MTQ, int BNQ> static size_t smem_of(int atomic_dq)
 {
     if (atomic_dq) return dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = dkdv_geom<D, BM, W, false>::SMEM, b = dq_geom<D, WQ, BNQ>::SMEM;
+    const size_t a = dkdv_geom<D, BM, W, false>::SMEM, b = dq_geom<D, WQ, MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }
 
@@ -549,14 +597,14 @@ static inline params make_params(const fw_bwd_args *a)
 
 } /* namespace fwbt */
 
-/* One file's variants and dispatch. LIST(X, D) expands X(D, index, BM, W, WQ, BNQ) per variant. */
-#define FW_BWD_TC_ROW(D, I, BM, W, WQ, BNQ) {D, BM, W, WQ, BNQ},
-#define FW_BWD_TC_CASE(D, I, BM, W, WQ, BNQ)                                                               \
+/* One file's variants and dispatch. LIST(X, D) expands X(D, index, BM, W, QS, WQ, MTQ, BNQ) per variant. */
+#define FW_BWD_TC_ROW(D, I, BM, W, QS, WQ, MTQ, BNQ) {D, BM, W, QS, WQ, MTQ, BNQ},
+#define FW_BWD_TC_CASE(D, I, BM, W, QS, WQ, MTQ, BNQ)                                                      \
     case I:                                                                                                \
-        return dtype == FW_BWD_F16 ? fwbt::launch<__half, D, BM, W, WQ, BNQ>(p, atomic_dq, s)              \
-                                   : fwbt::launch<__nv_bfloat16, D, BM, W, WQ, BNQ>(p, atomic_dq, s);
-#define FW_BWD_TC_SMEM(D, I, BM, W, WQ, BNQ)                                                               \
-    case I: return fwbt::smem_of<D, BM, W, WQ, BNQ>(atomic_dq);
+        return dtype == FW_BWD_F16 ? fwbt::launch<__half, D, BM, W, QS, WQ, MTQ, BNQ>(p, atomic_dq, s)     \
+                                   : fwbt::launch<__nv_bfloat16, D, BM, W, QS, WQ, MTQ, BNQ>(p, atomic_dq, s);
+#define FW_BWD_TC_SMEM(D, I, BM, W, QS, WQ, MTQ, BNQ)                                                      \
+    case I: return fwbt::smem_of<D, BM, W, WQ, MTQ, BNQ>(atomic_dq);
 #define FW_BWD_TC_DEFINE(D, LIST)                                                                          \
     const fw_bwd_tc_variant fw_bwd_tc_variants_d##D[] = {LIST(FW_BWD_TC_ROW, D)};                          \
     const int fw_bwd_tc_nvariants_d##D = (int)(sizeof fw_bwd_tc_variants_d##D / sizeof fw_bwd_tc_variants_d##D[0]); \
