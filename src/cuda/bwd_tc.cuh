@@ -52,6 +52,9 @@ typedef struct fw_bwd_tc_variant {
     extern const int fw_bwd_tc_nvariants_d##D;
 FW_BWD_TC_DECLARE(64)
 FW_BWD_TC_DECLARE(128)
+/* Default variant of the deterministic mode (the atomic mode's is 0). */
+#define FW_BWD_TC_DET_DEFAULT_64 1
+#define FW_BWD_TC_DET_DEFAULT_128 0
 
 #ifdef __CUDACC__
 
