@@ -424,13 +424,13 @@ static int cmp_dbl(const void *a, const void *b)
 
 static void bench(int reps)
 {
-    /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 1 and 2 per mode */
-    enum { NCOL = 6 };
-    static const char *col_cfg[NCOL] = {"bwd-deterministic", "bwd-atomic", "bwd-atomic", "bwd-atomic",
-                                        "bwd-deterministic", "bwd-deterministic"};
-    static const char *col_var[NCOL] = {NULL, NULL, "1", "2", "1", "2"}; /* NULL: the mode's default variant */
-    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det", "atom",
-           "atom_v1", "atom_v2", "det_v1", "det_v2", "TF/s_det", "TF/s_atom");
+    /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 1..3 per mode */
+    enum { NCOL = 8 };
+    static const char *col_cfg[NCOL] = {"bwd-deterministic", "bwd-atomic", "bwd-atomic", "bwd-atomic", "bwd-atomic",
+                                        "bwd-deterministic", "bwd-deterministic", "bwd-deterministic"};
+    static const char *col_var[NCOL] = {NULL, NULL, "1", "2", "3", "1", "2", "3"}; /* NULL: the mode's default */
+    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det", "atom",
+           "atom_v1", "atom_v2", "atom_v3", "det_v1", "det_v2", "det_v3", "TF/s_det", "TF/s_atom");
     const int Ds[2] = {64, 128};
     /* FW_BWD_BENCH_ONLY=D:L runs one shape (for profilers) */
     int only_d = 0;
@@ -492,9 +492,9 @@ static void bench(int reps)
             unsetenv("FW_CUDA_BWD_TC_VARIANT");
             const double f = fw_run_flops(&r);
             if (st == FW_OK)
-                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f\n", Ds[di],
+                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f\n", Ds[di],
                        (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1], bwd_ms[2],
-                       bwd_ms[3], bwd_ms[4], bwd_ms[5], 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
+                       bwd_ms[3], bwd_ms[4], bwd_ms[5], bwd_ms[6], bwd_ms[7], 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
                        3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
             fflush(stdout);
             CK(cudaEventDestroy(e0));
@@ -561,7 +561,7 @@ int main(int argc, char **argv)
             for (int d = 0; d < 3; d++) run_case(&cs[i], dts[d], modes, 100 + 3 * i + (uint64_t)d);
         const char *sweep = getenv("FW_BWD_TC_SWEEP");
         if (sweep && !strcmp(sweep, "1") && !use_cpu)
-            for (int v = 1; v < 3; v++) { /* variant 0 (the default) ran above */
+            for (int v = 1; v < 4; v++) { /* the defaults ran above */
                 char vs[8];
                 snprintf(vs, sizeof vs, "%d", v);
                 setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);
