@@ -53,8 +53,8 @@ typedef struct fw_bwd_tc_variant {
 FW_BWD_TC_DECLARE(64)
 FW_BWD_TC_DECLARE(128)
 /* Default variant of the deterministic mode (the atomic mode's is 0). */
-#define FW_BWD_TC_DET_DEFAULT_64 1
-#define FW_BWD_TC_DET_DEFAULT_128 0
+#define FW_BWD_TC_DET_DEFAULT_64 0
+#define FW_BWD_TC_DET_DEFAULT_128 1
 
 #ifdef __CUDACC__
 
