@@ -1,9 +1,12 @@
 /* The power-aware policy and controller, driven through a fake telemetry source (manual clock) by a
  * simple plant model: power = the chosen configuration's watts x a factor, blended with idle power
- * over the pacing gap; temperature follows power with a first-order lag. Checks: the starting
- * point of each policy, stepping down within a bounded number of periods, stepping up only after
- * the hysteresis, no faster oscillation than the hysteresis allows, pacing only at the bottom rung
- * and holding the cap there, thermal limits, and holding on missing samples. */
+ * over the pacing gap (plus a per-launch overhead while pacing); temperature follows power with a
+ * first-order lag. Every frontier point carries J/call as the tuning table records it. Checks: the
+ * energy-aware ladder (a slower rung needs >= 5 % less power and J/call within 5 % of the best
+ * rung above; without J/call the old rule), the starting point of each policy, stepping down
+ * within a bounded number of periods, stepping up only after the hysteresis, no faster oscillation
+ * than the hysteresis allows, pacing only at the bottom rung and holding the cap there (also on a
+ * noisy plant shaped like the H200 300 W stream), thermal limits, and holding on missing samples. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -28,6 +31,23 @@ static fw_frontier_point k_pts[NPTS] = {
     {"D", D_, 2.00, 0.600, 300.0}, {"E", E_, 1.10, 0.715, 650.0}, {"A", A_, 1.00, 0.600, 600.0},
     {"C", C_, 1.45, 0.580, 400.0}, {"F", F_, 1.50, 0.675, 450.0}, {"B", B_, 1.15, 0.575, 500.0},
 };
+/* (J/call = W x ms here: each slower rung draws >= 5 % less and uses <= 5 % more J than B, the
+ * least-energy rung above it: D is +4.3 %.) */
+
+/* Shaped like the H200 bucket B=16 H=8 L=1024 D=64 f16 (docs/runs/h200-2026-11-26-tuning.txt,
+ * rounded): every kernel draws 660-745 W back to back, so energy follows time. HS (a slow kernel at
+ * 526 W, 2.69 J) is made up after cuda-tiled of the f32 bucket: low enough in power to pass the
+ * power margin, but 31x the energy. The old ladder (strictly lower power) was HA HB HC HN HS; the
+ * energy-aware one is HA HB: HC and HN are < 5 % below HB in power, HS fails on J/call. */
+enum { HN_ = 0, HA_ = 1, HC_ = 2, HS_ = 3, HB_ = 4, HD_ = 5, HPTS = 6 };
+static fw_frontier_point h_pts[HPTS] = {
+    {"cuda-naive", HN_, 1.2553, 0.8284, 660.0},
+    {"cuda-flash bm128-bn128-w4-s2", HA_, 0.1266, 0.0943, 745.0},
+    {"cuda-flash bm128-bn64-w4-s2-qr", HC_, 0.1289, 0.0865, 671.0},
+    {"slow-low-power (made up)", HS_, 5.1217, 2.6933, 526.0},
+    {"cuda-flash bm128-bn64-w4-s3-qr", HB_, 0.1287, 0.0867, 674.0},
+    {"cuda-flash bm128-bn128-w4-s2-qr-sb64", HD_, 0.1290, 0.0872, 676.0},
+};
 
 static fw_policy policy(fw_objective o, double cap, double tlim)
 {
@@ -40,18 +60,26 @@ static fw_policy policy(fw_objective o, double cap, double tlim)
 
 /* ---- the plant -------------------------------------------------------------------------------- */
 typedef struct plant {
-    double factor[NPTS]; /* real watts / frontier watts, per configuration */
+    const fw_frontier_point *pts; /* the frontier the controller was given */
+    int n;
+    double factor[FW_CTRL_MAX_POINTS]; /* real watts / frontier watts, per configuration */
     double idle_w;
-    double noise;        /* uniform +-noise fraction */
+    double noise;        /* uniform +-noise fraction of the real power */
+    double sensor_noise; /* uniform +-fraction on the reading only (the real power is not moved) */
+    double overhead_us;  /* extra device idle per launch while pacing (event wait, sleep overshoot) */
     double temp, temp_base, temp_per_w, temp_alpha;
     unsigned rng;
     double last_p;
+    double call_us;      /* time per launch this period (kernel + device idle) */
+    double launch_frac;  /* launches carried over between periods */
 } plant;
 
-static void plant_init(plant *p, double factor)
+static void plant_init(plant *p, const fw_frontier_point *pts, int n, double factor)
 {
     memset(p, 0, sizeof *p);
-    for (int i = 0; i < NPTS; i++) p->factor[i] = factor;
+    p->pts = pts;
+    p->n = n;
+    for (int i = 0; i < FW_CTRL_MAX_POINTS; i++) p->factor[i] = factor;
     p->idle_w = 60.0;
     p->temp = 40.0;
     p->temp_base = 30.0;
@@ -70,8 +98,10 @@ static double urand(plant *p)
 static double plant_power(plant *p, const fw_controller *c)
 {
     int k = fw_ctrl_choice(c);
-    double run = k_pts[k].avg_w * p->factor[k];
-    double t = k_pts[k].ms * 1000.0, g = fw_ctrl_gap_us(c);
+    double run = p->pts[k].avg_w * p->factor[k];
+    double t = p->pts[k].ms * 1000.0, g = fw_ctrl_gap_us(c);
+    if (g > 0) g += p->overhead_us * (1.0 + 0.3 * (2.0 * urand(p) - 1.0));
+    p->call_us = t + g;
     double w = (run * t + p->idle_w * g) / (t + g);
     if (p->noise > 0) w *= 1.0 + p->noise * (2.0 * urand(p) - 1.0);
     return w;
@@ -86,8 +116,9 @@ typedef struct trace {
     fw_ctrl_action act[2000];
 } trace;
 
-static int g_gap_off_bottom; /* invariant violations: pacing while not at the bottom rung */
-static int g_up_too_soon;    /* invariant violations: a step up sooner than the hysteresis */
+static int g_gap_off_bottom;   /* invariant violations: pacing while not at the bottom rung */
+static int g_up_too_soon;      /* invariant violations: a step up sooner than the hysteresis */
+static int g_shrink_too_soon;  /* invariant violations: a gap cut on less than pace_window periods */
 
 /* One control period: plant -> fake telemetry -> controller. */
 static fw_ctrl_action step(fw_controller *c, plant *p, fw_tel_fake *f, fw_telemetry *t, trace *tr, int *since)
@@ -95,12 +126,20 @@ static fw_ctrl_action step(fw_controller *c, plant *p, fw_tel_fake *f, fw_teleme
     double w = plant_power(p, c);
     p->last_p = w;
     p->temp += (p->temp_base + p->temp_per_w * w - p->temp) * p->temp_alpha;
-    fw_tel_fake_set_power(f, 0, w);
+    double seen = w;
+    if (p->sensor_noise > 0) seen *= 1.0 + p->sensor_noise * (2.0 * urand(p) - 1.0);
+    fw_tel_fake_set_power(f, 0, seen);
     fw_tel_fake_set_temperature(f, 0, p->temp);
     fw_tel_fake_advance(f, c->prm.period_s);
+    /* the launches of this period, as fw_ctrl_tick would count them before each one */
+    p->launch_frac += c->prm.period_s * 1e6 / p->call_us;
+    long launches = (long)p->launch_frac;
+    p->launch_frac -= (double)launches;
+    fw_ctrl_count_launches(c, launches);
     fw_ctrl_action a = fw_ctrl_poll(c, t, 0);
     (*since)++;
     if (a == FW_CTRL_STEP_UP && *since < c->prm.up_periods) g_up_too_soon++;
+    if (a == FW_CTRL_PACE_LESS && *since < c->prm.settle_periods + c->prm.pace_window) g_shrink_too_soon++;
     if (a == FW_CTRL_STEP_UP || a == FW_CTRL_STEP_DOWN || a == FW_CTRL_PACE_MORE || a == FW_CTRL_PACE_LESS) *since = 0;
     if (fw_ctrl_gap_us(c) > 0 && c->rung != c->n_rungs - 1) g_gap_off_bottom++;
     if (tr && tr->n < 2000) {
@@ -123,7 +162,8 @@ typedef struct rig {
     int since;
 } rig;
 
-static int rig_open(rig *r, const fw_policy *pol, double factor, const fw_ctrl_params *prm)
+static int rig_open_pts(rig *r, const fw_frontier_point *pts, int n, const fw_policy *pol, double factor,
+                        const fw_ctrl_params *prm)
 {
     memset(&r->tr, 0, sizeof r->tr);
     r->since = 0;
@@ -131,11 +171,16 @@ static int rig_open(rig *r, const fw_policy *pol, double factor, const fw_ctrl_p
     fw_tel_source s = fw_tel_fake_source(r->f);
     r->t = NULL;
     fw_telemetry_open_with_source(&r->t, &s, NULL);
-    plant_init(&r->p, factor);
+    plant_init(&r->p, pts, n, factor);
     char why[256];
-    fw_status st = fw_ctrl_init(&r->c, k_pts, NPTS, pol, prm, why, sizeof why);
+    fw_status st = fw_ctrl_init(&r->c, pts, n, pol, prm, why, sizeof why);
     CHECK(st == FW_OK && r->t, "init: %s", why);
     return st == FW_OK && r->t;
+}
+
+static int rig_open(rig *r, const fw_policy *pol, double factor, const fw_ctrl_params *prm)
+{
+    return rig_open_pts(r, k_pts, NPTS, pol, factor, prm);
 }
 
 static void rig_close(rig *r)
@@ -187,10 +232,10 @@ static void test_ladder_and_pick(void)
     CHECK(fw_policy_pick(k_pts, NPTS, &p, NULL, &gap, why, sizeof why) == A_, "cap 1000 -> A");
     p = policy(FW_OBJECTIVE_MIN_ENERGY, 450, 0);
     CHECK(fw_policy_pick(k_pts, NPTS, &p, NULL, &gap, why, sizeof why) == C_, "min-energy + cap 450 -> C");
-    /* below the lowest-power point: D with a pacing gap; target 250*(1-0.04) = 240 W, t = 2000 us:
-     * 2000 * (300 - 240) / 240 = 500 us */
+    /* below the lowest-power point: D with a pacing gap; target 250 * 0.94 = 235 W, t = 2000 us:
+     * 2000 * (300 - 235) / 235 = 553.19 us */
     p = policy(FW_OBJECTIVE_POWER_CAP, 250, 0);
-    CHECK(fw_policy_pick(k_pts, NPTS, &p, NULL, &gap, why, sizeof why) == D_ && fabs(gap - 500.0) < 1e-6,
+    CHECK(fw_policy_pick(k_pts, NPTS, &p, NULL, &gap, why, sizeof why) == D_ && fabs(gap - 2000.0 * 65.0 / 235.0) < 1e-6,
           "cap 250 -> D, gap %g", gap);
 
     /* bad input says why */
@@ -222,6 +267,183 @@ static void test_ladder_and_pick(void)
     p = policy(FW_OBJECTIVE_FASTEST, 0, 0);
     CHECK(fw_ctrl_init(&c, k_pts, NPTS, &p, &prm, why, sizeof why) == FW_ERR_INVALID_VALUE, "bad params accepted");
     CHECK(fw_ctrl_init(NULL, k_pts, NPTS, &p, NULL, why, sizeof why) == FW_ERR_NULL_ARGUMENT, "NULL controller");
+}
+
+/* The energy-aware ladder: the power margin and the J/call tolerance, each alone; the tolerance is
+ * against the least J/call above (it does not accumulate); J/call n/a falls back to the old rule. */
+static void test_energy_ladder(void)
+{
+    int lad[FW_CTRL_MAX_POINTS];
+    char why[256];
+    int k = fw_frontier_ladder(h_pts, HPTS, -1, lad, FW_CTRL_MAX_POINTS, why, sizeof why);
+    CHECK(k == 2 && lad[0] == HA_ && lad[1] == HB_, "H200-shaped ladder: %d rungs, %s, %s%s", k, h_pts[lad[0]].name,
+          k > 1 ? h_pts[lad[1]].name : "-", k > 2 ? ", ..." : "");
+    /* without J/call (n/a everywhere): the old rule, every slower point strictly lower in power */
+    fw_frontier_point nj[HPTS];
+    memcpy(nj, h_pts, sizeof nj);
+    for (int i = 0; i < HPTS; i++) nj[i].j_per_call = 0;
+    k = fw_frontier_ladder(nj, HPTS, -1, lad, FW_CTRL_MAX_POINTS, why, sizeof why);
+    CHECK(k == 5 && lad[0] == HA_ && lad[1] == HB_ && lad[2] == HC_ && lad[3] == HN_ && lad[4] == HS_,
+          "without J/call: old ladder expected, %d rungs", k);
+    /* one slower point X1 after X0 (1.0 ms, 500 W, 0.5 J): the margins one at a time */
+    static const struct {
+        double w, j;
+        int kept;
+        const char *what;
+    } cases[] = {
+        {474.0, 0.500, 1, "5.2% less power, same J"},
+        {476.0, 0.400, 0, "4.8% less power (inside the margin), less J"},
+        {450.0, 0.524, 1, "10% less power, J +4.8%"},
+        {450.0, 0.526, 0, "10% less power, J +5.2%"},
+        {300.0, 4.500, 0, "40% less power, 9x the J (cuda-naive-like)"},
+        {300.0, 0.000, 1, "40% less power, J n/a: old rule"},
+        {500.0, 0.000, 0, "same power, J n/a: old rule"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fw_frontier_point m[2] = {{"X0", 0, 1.0, 0.500, 500.0}, {"X1", 1, 1.2, cases[i].j, cases[i].w}};
+        k = fw_frontier_ladder(m, 2, -1, lad, FW_CTRL_MAX_POINTS, why, sizeof why);
+        CHECK(k == 1 + cases[i].kept, "%s: %d rungs, want %d", cases[i].what, k, 1 + cases[i].kept);
+    }
+    /* X1 is J +4 % over X0, X2 +2.6 % over X1 but +6.8 % over X0: X2 is out */
+    fw_frontier_point ch[3] = {{"X0", 0, 1.0, 0.500, 500.0}, {"X1", 1, 1.1, 0.520, 473.0}, {"X2", 2, 1.2, 0.534, 445.0}};
+    k = fw_frontier_ladder(ch, 3, -1, lad, FW_CTRL_MAX_POINTS, why, sizeof why);
+    CHECK(k == 2 && lad[1] == 1, "the J tolerance accumulated down the ladder: %d rungs", k);
+
+    /* the plan on the H200 shape: under any cap below HB it paces HB; it never starts on cuda-naive */
+    double gap = -1;
+    fw_policy p = policy(FW_OBJECTIVE_POWER_CAP, 300, 0);
+    int pick = fw_policy_pick(h_pts, HPTS, &p, NULL, &gap, why, sizeof why);
+    CHECK(pick == HB_ && gap > 0, "cap 300 on the H200 shape: %s gap %g", pick >= 0 ? h_pts[pick].name : why, gap);
+    p = policy(FW_OBJECTIVE_POWER_CAP, 665, 0); /* under HB's 674 W, over cuda-naive's 660 W */
+    pick = fw_policy_pick(h_pts, HPTS, &p, NULL, &gap, why, sizeof why);
+    CHECK(pick == HB_ && gap > 0, "cap 665: %s gap %g (not cuda-naive)", pick >= 0 ? h_pts[pick].name : why, gap);
+    p = policy(FW_OBJECTIVE_POWER_CAP, 700, 0);
+    pick = fw_policy_pick(h_pts, HPTS, &p, NULL, &gap, why, sizeof why);
+    CHECK(pick == HB_ && gap == 0, "cap 700: %s gap %g", pick >= 0 ? h_pts[pick].name : why, gap);
+    p = policy(FW_OBJECTIVE_POWER_CAP, 800, 0);
+    pick = fw_policy_pick(h_pts, HPTS, &p, NULL, &gap, why, sizeof why);
+    CHECK(pick == HA_ && gap == 0, "cap 800: %s", pick >= 0 ? h_pts[pick].name : why);
+}
+
+/* Largest 1-s average (10 periods of 0.1 s) of the real power in [from, to), and the mean. */
+static void window_stats(const trace *tr, int from, int to, double *max1s, double *mean)
+{
+    double s = 0, hi = 0;
+    int n = 0;
+    for (int i = from; i < to && i < tr->n; i++) {
+        s += tr->power[i];
+        n++;
+    }
+    for (int i = from; i + 10 <= to && i + 10 <= tr->n; i++) {
+        double w = 0;
+        for (int j = i; j < i + 10; j++) w += tr->power[j];
+        if (w / 10 > hi) hi = w / 10;
+    }
+    *mean = n ? s / n : 0;
+    *max1s = hi;
+}
+
+/* The H200 shape: (a) over the cap at the bottom of its two-rung ladder it paces the fast rung and
+ * never steps to cuda-naive; (b) where the slower rung has lower power and lower J/call, it steps
+ * down to it within settle + down periods and holds. */
+static void test_h200_shape(void)
+{
+    rig r;
+    /* cap 700: HB's table says 674 W but it really draws 741 W: over, at the bottom: pace HB */
+    fw_policy p = policy(FW_OBJECTIVE_POWER_CAP, 700, 0);
+    if (!rig_open_pts(&r, h_pts, HPTS, &p, 1.0, NULL)) return;
+    r.p.factor[HB_] = 1.1;
+    r.p.idle_w = 128.0;
+    CHECK(fw_ctrl_choice(&r.c) == HB_ && fw_ctrl_gap_us(&r.c) == 0, "cap 700 start: %s", h_pts[fw_ctrl_choice(&r.c)].name);
+    run(&r, 300);
+    int ran_slow = 0;
+    for (int i = 0; i < r.tr.n; i++) ran_slow += r.tr.choice[i] != HA_ && r.tr.choice[i] != HB_;
+    int pace = first_act(&r.tr, FW_CTRL_PACE_MORE);
+    CHECK(ran_slow == 0 && r.c.steps_down == 0 && pace >= 0 && pace + 1 <= r.c.prm.settle_periods + r.c.prm.down_periods,
+          "over at HB: %d periods on a slow rung, %ld steps down, first pace at %d", ran_slow, r.c.steps_down, pace);
+    double hi, mean;
+    window_stats(&r.tr, 10, r.tr.n, &hi, &mean);
+    CHECK(fw_ctrl_gap_us(&r.c) > 0 && hi <= 700.0, "paced HB: gap %g us, largest 1-s %.1f W", fw_ctrl_gap_us(&r.c), hi);
+    rig_close(&r);
+
+    /* cap 760 on a card 5 % hotter than the table: HA draws 782 W: one step down to HB (lower power
+     * AND lower J/call) within settle + down periods, then it holds there: HB (708 W) is under the
+     * cap, so no pacing and no further step, and not far enough under (cap - 8 %) to climb back */
+    p = policy(FW_OBJECTIVE_POWER_CAP, 760, 0);
+    if (!rig_open_pts(&r, h_pts, HPTS, &p, 1.05, NULL)) return; /* a card 5 % hotter than the table */
+    CHECK(fw_ctrl_choice(&r.c) == HA_, "cap 760 start: %s", h_pts[fw_ctrl_choice(&r.c)].name);
+    run(&r, 300);
+    int down = first_act(&r.tr, FW_CTRL_STEP_DOWN);
+    CHECK(down >= 0 && down + 1 <= r.c.prm.settle_periods + r.c.prm.down_periods && fw_ctrl_choice(&r.c) == HB_ &&
+              r.c.steps_down == 1 && r.c.pace_changes == 0,
+          "HA over: down at period %d, final %s, %ld downs, %ld gap changes", down + 1, h_pts[fw_ctrl_choice(&r.c)].name,
+          r.c.steps_down, r.c.pace_changes);
+    rig_close(&r);
+}
+
+/* Pacing on a plant shaped like the H200 streams: HB at 674 W, idle 128 W, each paced launch adds
+ * 60 +- 18 us of device idle (the event wait and sleep overshoot: 61-67 us in the 300 and 450 W
+ * streams), the real power moves +-pn per period and the instant-power reading another +-sn. Every
+ * 1-s average of the real power after the first second must stay under 0.97 x cap (under the cap
+ * with the heavier noise): the bar is cap + 5 % on 1-s energy-counter windows, which read up to
+ * +10 % above a constant load on the H200. The mean must not be needlessly low, the gap must not churn
+ * (gap cuts need a second of evidence: the global check in step()). At 600 W any gap at all
+ * already brings HB under the band (the launches' own 60 us): it must stay paced at the smallest
+ * gap, never cycle back to no gap (674 W, over the cap). */
+static void pace_run(double cap, double pn, double sn, double ctrl_idle_w, int periods)
+{
+    rig r;
+    fw_policy p = policy(FW_OBJECTIVE_POWER_CAP, cap, 0);
+    fw_ctrl_params prm = fw_ctrl_params_default();
+    prm.idle_w = ctrl_idle_w;
+    if (!rig_open_pts(&r, h_pts, HPTS, &p, 1.0, &prm)) return;
+    r.p.idle_w = 128.0;
+    r.p.overhead_us = 60.0;
+    r.p.noise = pn;
+    r.p.sensor_noise = sn;
+    run(&r, periods);
+    double hi, mean;
+    window_stats(&r.tr, 10, r.tr.n, &hi, &mean);
+    int slow = 0, nogap = 0;
+    for (int i = 0; i < r.tr.n; i++) slow += r.tr.choice[i] != HB_;
+    for (int i = 10; i < r.tr.n; i++) nogap += r.tr.gap[i] == 0;
+    /* a gap cut needs settle + 1 s (10 periods) of samples since the last change, and removes at most
+     * a quarter of the gap (HB back to back is over every cap here, so never all of it) */
+    int last = -1, quick_cuts = 0, deep_cuts = 0;
+    for (int i = 0; i < r.tr.n; i++) {
+        fw_ctrl_action a = r.tr.act[i];
+        if (a == FW_CTRL_PACE_LESS && i - last < r.c.prm.settle_periods + 10) quick_cuts++;
+        if (a == FW_CTRL_PACE_LESS && i > 0 && r.tr.gap[i] < 0.75 * r.tr.gap[i - 1] - 1e-9) deep_cuts++;
+        if (a == FW_CTRL_PACE_LESS || a == FW_CTRL_PACE_MORE || a == FW_CTRL_STEP_UP || a == FW_CTRL_STEP_DOWN) last = i;
+    }
+    /* the floor: HB with the smallest gap (2 % of t) plus the launches' 60 us */
+    const double t = h_pts[HB_].ms * 1000.0, e = 0.02 * t + 60.0;
+    const double floor_w = (h_pts[HB_].avg_w * t + 128.0 * e) / (t + e);
+    const double want_mean = fmin(0.86 * cap, 0.97 * floor_w);
+    printf("H200-shaped pacing, cap %.0f W, idle %s, noise %.0f%% + reading %.0f%%, %d s: mean %.1f W (%.3f x cap), "
+           "largest 1-s %.1f W (%.3f x cap), %ld gap changes, final gap %.1f us\n",
+           cap, ctrl_idle_w > 0 ? "known" : "unknown", 100 * pn, 100 * sn, periods / 10, mean, mean / cap, hi, hi / cap,
+           r.c.pace_changes, fw_ctrl_gap_us(&r.c));
+    CHECK(slow == 0 && r.c.steps_down == 0 && r.c.steps_up == 0, "cap %.0f: left HB for %d periods", cap, slow);
+    /* (40 seeds of this plant: largest 1-s 0.96 x cap with the lighter noise, 0.99 with the heavier) */
+    const double hi_bound = sn <= 0.1 ? 0.97 : 1.0;
+    CHECK(hi <= hi_bound * cap, "cap %.0f: a 1-s window reached %.1f W (bound %.2f x cap)", cap, hi, hi_bound);
+    CHECK(mean >= want_mean && mean <= 0.96 * cap, "cap %.0f: mean %.1f W, want >= %.1f", cap, mean, want_mean);
+    CHECK(r.c.pace_changes <= periods / 10, "cap %.0f: %ld gap changes in %d s", cap, r.c.pace_changes, periods / 10);
+    CHECK(quick_cuts == 0 && deep_cuts == 0,
+          "cap %.0f: %d gap cuts on less than a second of samples, %d by more than 25 %%", cap, quick_cuts, deep_cuts);
+    CHECK(nogap == 0, "cap %.0f: %d periods without a gap (HB back to back is over every cap here)", cap, nogap);
+    rig_close(&r);
+}
+
+static void test_pacing_h200_plant(void)
+{
+    const double caps[] = {300.0, 450.0, 600.0};
+    for (int i = 0; i < 3; i++) {
+        pace_run(caps[i], 0.03, 0.06, 128.0, 1200);
+        pace_run(caps[i], 0.05, 0.15, 128.0, 1200);
+        pace_run(caps[i], 0.05, 0.15, 0.0, 1200); /* the product path (sched.c) does not measure idle */
+    }
 }
 
 /* A static policy never moves, whatever the power. */
@@ -390,6 +612,23 @@ static void test_pacing(void)
     CHECK(zero_at >= 0 && up_at > zero_at, "gap 0 at %d, first step up at %d", zero_at, up_at);
     CHECK(fw_ctrl_gap_us(&r.c) == 0 && fw_ctrl_choice(&r.c) == B_, "final %s gap %g", k_pts[fw_ctrl_choice(&r.c)].name,
           fw_ctrl_gap_us(&r.c));
+    rig_close(&r);
+}
+
+/* The bottom rung at 99 % of the cap, without noise: above the pacing band's top (0.98 x cap), so it is
+ * paced into the band rather than left a hair under the cap, where 1-s windows read +10 % would fail
+ * the cap + 5 % bar. */
+static void test_pace_band_top(void)
+{
+    rig r;
+    fw_policy p = policy(FW_OBJECTIVE_POWER_CAP, 303, 0); /* D draws 300 W = 0.99 x cap */
+    if (!rig_open(&r, &p, 1.0, NULL)) return;
+    CHECK(fw_ctrl_choice(&r.c) == D_ && fw_ctrl_gap_us(&r.c) == 0, "start D without a gap");
+    run(&r, 100);
+    double hi, mean;
+    window_stats(&r.tr, 20, r.tr.n, &hi, &mean);
+    CHECK(fw_ctrl_gap_us(&r.c) > 0 && hi <= 0.98 * 303 && mean >= 0.88 * 303,
+          "D at 0.99 x cap: gap %g us, 1-s max %.1f W, mean %.1f W", fw_ctrl_gap_us(&r.c), hi, mean);
     rig_close(&r);
 }
 
@@ -653,6 +892,9 @@ static void test_tuning_table(void)
 int main(void)
 {
     test_ladder_and_pick();
+    test_energy_ladder();
+    test_h200_shape();
+    test_pacing_h200_plant();
     test_static();
     test_over_cap();
     test_cascade();
@@ -661,12 +903,14 @@ int main(void)
     test_oscillation_bounded();
     test_pacing();
     test_cascade_then_pace();
+    test_pace_band_top();
     test_thermal();
     test_missing();
     test_tick();
     test_tuning_table();
     CHECK(g_gap_off_bottom == 0, "%d periods paced off the bottom rung", g_gap_off_bottom);
     CHECK(g_up_too_soon == 0, "%d step ups sooner than the hysteresis", g_up_too_soon);
+    CHECK(g_shrink_too_soon == 0, "%d gap cuts on less than pace_window periods", g_shrink_too_soon);
     printf("%d passed, %d failed\n", fwt_passed, fwt_failed);
     return fwt_failed ? 1 : 0;
 }

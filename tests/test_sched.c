@@ -2,6 +2,9 @@
  * table. THE NUMBERS IN THE FIXTURE ARE FAKE: they are made up to give each policy a different
  * answer, not measurements of anything.
  *   - fastest / least energy / fastest under a power cap pick the right entry;
+ *   - a cap under every entry, where the lower-power entry is slower and costs far more J/call (the
+ *     H200's cuda-naive vs cuda-flash): the energy-aware ladder keeps the fast entry (paced where
+ *     the loop runs), never the slow one;
  *   - the reduced-precision error budget: a reduced mode only when the policy allows it, only with a
  *     recorded error within the budget (never one whose error was not measured);
  *   - a stale entry (a configuration the backend no longer has) is skipped;
@@ -41,9 +44,13 @@ static const char *fixture =
     "cpu\tf32\t16\t0\t2\t64\t64\tcpu-naive\tno-such-config\t0.1\t0.01\t100\t100\t0\texact\t0\t1\n"
     /* same bucket in f16: only exact entries are meaningful there */
     "cpu\tf16\t16\t0\t2\t64\t64\tcpu-naive\t-\t0.9\t0.10\t100\t100\t0\texact\t1e-4\t1\n"
-    "cpu\tf16\t16\t0\t2\t64\t64\tcpu-ref\t-\t1.9\t0.20\t100\t100\t0\texact\t1e-4\t1\n";
+    "cpu\tf16\t16\t0\t2\t64\t64\tcpu-ref\t-\t1.9\t0.20\t100\t100\t0\texact\t1e-4\t1\n"
+    /* L=32, shaped like the H200: the slower entry draws 8 % less but costs 8x the J/call */
+    "cpu\tf32\t16\t0\t2\t32\t32\tcpu-naive\t-\t0.2\t0.12\t600\t610\t0\texact\t1e-7\t1\n"
+    "cpu\tf32\t16\t0\t2\t32\t32\tcpu-ref\t-\t1.8\t0.99\t550\t560\t0\texact\t0\t1\n";
 
 static char table_path[64];
+static long g_seqlen = L; /* the sequence length run() uses */
 
 static void write_file(const char *path, const char *text)
 {
@@ -74,7 +81,7 @@ static const char *run(const fw_policy *pol, fw_dtype dtype, const char **backen
     fw_case c = fw_case_default();
     c.batch = B;
     c.heads = c.kv_heads = H;
-    c.seqlen_q = c.seqlen_k = L;
+    c.seqlen_q = c.seqlen_k = g_seqlen;
     c.head_dim = D;
     c.dtype = dtype;
     c.seed = 7;
@@ -126,7 +133,7 @@ static void test_select(void)
     fw_tune_init(&t);
     char why[512] = "";
     const fw_status lst = fw_tune_load(&t, table_path, why, sizeof why);
-    fwt_case(lst == FW_OK && t.n == 9, "fixture loads: %d entries %s", t.n, why);
+    fwt_case(lst == FW_OK && t.n == 11, "fixture loads: %d entries %s", t.n, why);
     fw_tune_key k = fw_tune_key_make("cpu", FW_F32, D, 0, B * H, L, L);
     struct {
         const char *label;
@@ -260,6 +267,14 @@ int main(void)
     expect("power cap 250 W", &p, FW_F32, "cpu-flash", "bm64-bn64");
     p = pol(FW_OBJECTIVE_POWER_CAP, 150, 0, 0);
     expect("power cap 150 W", &p, FW_F32, "cpu-naive", "cpu-naive");
+    /* the H200 shape: a cap under both entries keeps the fast, low-J one (the old ladder stepped to the
+     * slower, 8 % lower-power entry: 8x the energy per call) */
+    g_seqlen = 32;
+    p = pol(FW_OBJECTIVE_POWER_CAP, 300, 0, 0);
+    expect("cap under every entry, L=32: not the slow high-J entry", &p, FW_F32, "cpu-naive", "table: cpu-naive");
+    p = pol(FW_OBJECTIVE_POWER_CAP, 580, 0, 0);
+    expect("cap 580 W, L=32: still the fast entry", &p, FW_F32, "cpu-naive", "table: cpu-naive");
+    g_seqlen = L;
     p = pol(FW_OBJECTIVE_FASTEST, 0, 0, 1.0);
     expect("reduced not allowed (budget 1)", &p, FW_F32, "cpu-ref", "cpu-ref");
     p = pol(FW_OBJECTIVE_FASTEST, 0, 1, 1e-4);

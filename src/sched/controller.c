@@ -33,10 +33,11 @@ static int check_params(const fw_ctrl_params *p, char *why, size_t len)
     if (!(p->period_s > 0) || p->avg_window < 1 || p->avg_window > FW_CTRL_MAX_WINDOW || p->settle_periods < 0 ||
         p->down_periods < 1 || p->down_periods > p->avg_window || p->up_periods < 1 || !(p->margin >= 0 && p->margin < 1) ||
         !(p->temp_hysteresis_c >= 0) || !(p->idle_w >= 0) || !(p->max_gap_us >= 0) ||
-        !(p->pace_gain > 0 && p->pace_gain <= 1) || p->max_backoff < 1) {
+        !(p->pace_gain > 0 && p->pace_gain <= 1) || p->max_backoff < 1 || !(p->pace_target > 0.5 * p->margin) ||
+        !(p->pace_target <= 1) || p->pace_window < 1 || !(p->pace_max_shrink > 0 && p->pace_max_shrink <= 1)) {
         snprintf(len ? why : NULL, len,
                  "controller parameters out of range (period > 0, 1 <= down <= window <= %d, up >= 1, 0 <= margin < 1, "
-                 "0 < gain <= 1, ...)",
+                 "0 < gain <= 1, margin / 2 < pace_target <= 1, pace_window >= 1, 0 < pace_max_shrink <= 1, ...)",
                  FW_CTRL_MAX_WINDOW);
         return -1;
     }
@@ -97,6 +98,10 @@ static void changed(fw_controller *c)
     c->hist_n = 0;
     c->hist_pos = 0;
     c->since_change = 0;
+    c->since_sum = 0;
+    c->since_n = 0;
+    c->since_idle_sum = 0;
+    c->since_idle_n = 0;
     c->under_streak = 0;
 }
 
@@ -107,16 +112,28 @@ static double hist_avg(const fw_controller *c)
     return c->hist_n ? s / c->hist_n : 0;
 }
 
-/* Gap that would bring the average to target, from the measured average with the current gap:
- * avg = (P_run t + P_idle g) / (t + g). */
-static double gap_for(const fw_controller *c, double avg, double target)
+/* The pacing model at the bottom rung: avg = (P_run t + P_idle e) / (t + e), with t the rung's time
+ * per call and e the device idle per call. e is measured from the launch rate where the integration
+ * counts launches (fw_ctrl_tick): the gap plus what each paced launch adds on its own (waiting for
+ * the previous launch's event, sleep overshoot: about 60 us on the H200 streams). Without a launch
+ * count e is taken to be the gap alone. From the measured average: P_run, then the idle per call
+ * that would give `target` (*want_idle; <= 0: even back to back the rung is under the target), and
+ * the gap that gives it (*want_gap = *want_idle minus the launches' own idle; <= 0 when that own
+ * idle alone already brings the power under the target). */
+static void pace_model(const fw_controller *c, double avg, double idle_e, int idle_e_ok, double target,
+                       double *want_idle, double *want_gap)
 {
     const fw_frontier_point *b = &c->points[c->ladder[c->n_rungs - 1]];
-    double t = b->ms * 1000.0, g = c->gap_us, idle = c->prm.idle_w;
-    double p_run = (avg * (t + g) - idle * g) / t;
-    if (target <= idle) return c->prm.max_gap_us;
-    double want = t * (p_run - target) / (target - idle);
-    return want < 0 ? 0 : want;
+    const double t = b->ms * 1000.0, g = c->gap_us, idle = c->prm.idle_w;
+    const double e = idle_e_ok ? idle_e : g;
+    const double p_run = (avg * (t + e) - idle * e) / t;
+    if (target <= idle) {
+        *want_idle = *want_gap = c->prm.max_gap_us;
+        return;
+    }
+    *want_idle = t * (p_run - target) / (target - idle);
+    const double own = idle_e_ok && e > g ? e - g : 0;
+    *want_gap = *want_idle - own;
 }
 
 fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
@@ -157,7 +174,15 @@ fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
         snprintf(c->reason, sizeof c->reason, "settling after a change");
         return c->last_action = FW_CTRL_SETTLE;
     }
+    const double t_bottom_us = c->points[c->ladder[c->n_rungs - 1]].ms * 1000.0;
+    const double idle_now = c->call_us_valid && c->call_us > t_bottom_us ? c->call_us - t_bottom_us : 0;
+    if (c->call_us_valid) {
+        c->since_idle_sum += idle_now;
+        c->since_idle_n++;
+    }
     if (p_ok) {
+        c->since_sum += p;
+        c->since_n++;
         int w = c->prm.avg_window;
         c->hist[c->hist_pos] = p;
         c->hist_pos = (c->hist_pos + 1) % w;
@@ -168,7 +193,13 @@ fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
     c->avg_w = avg;
     /* valid samples since the last change (missing periods return above and do not count) */
     const int enough = c->since_change - c->prm.settle_periods >= c->prm.down_periods;
-    const int over_p = cap_on && enough && avg > cap;
+    const int bottom = c->rung == c->n_rungs - 1;
+    /* the pacing band at the bottom rung: cap * (pace_target -+ margin / 2) */
+    const double pace_to = cap * c->prm.pace_target;
+    const double pace_hi = fmin(cap, cap * (c->prm.pace_target + 0.5 * c->prm.margin));
+    const double pace_lo = cap * (c->prm.pace_target - 0.5 * c->prm.margin);
+    /* above the cap on a rung with one below it: step down; at the bottom: above the band, pace */
+    const int over_p = cap_on && enough && avg > (bottom ? pace_hi : cap);
     /* temperature lags power: over the limit but already falling (and not far over) waits */
     const int falling = c->prev_temp_valid && temp < c->prev_temp - 0.05 && temp <= tlim + c->prm.temp_hysteresis_c;
     const int over_t = temp_on && enough && ((temp > tlim && !falling) || (thr & THERMAL_BITS));
@@ -176,7 +207,6 @@ fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
         c->prev_temp = temp;
         c->prev_temp_valid = 1;
     }
-    const int bottom = c->rung == c->n_rungs - 1;
 
     if (over_p || over_t) {
         c->under_streak = 0;
@@ -198,7 +228,8 @@ fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
         /* bottom of the ladder and still over: pace */
         double g = c->gap_us;
         if (over_p) {
-            double want = gap_for(c, avg, cap * (1.0 - 0.5 * c->prm.margin));
+            double want_idle, want;
+            pace_model(c, avg, idle_now, c->call_us_valid, pace_to, &want_idle, &want);
             g = c->gap_us + c->prm.pace_gain * (want - c->gap_us);
         }
         const double t_us = c->points[c->ladder[c->rung]].ms * 1000.0;
@@ -221,25 +252,49 @@ fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
     const int low_t = !temp_on || temp < tlim - c->prm.temp_hysteresis_c;
     const int under = low_p && low_t && !(thr & BLOCK_UP_BITS) && enough;
 
-    if (c->gap_us > 0) { /* pacing: shrink the gap first */
+    if (c->gap_us > 0) { /* pacing: shrink the gap first, on a full pace_window of evidence */
         c->under_streak = 0;
-        if (!under) {
-            snprintf(c->reason, sizeof c->reason, "pacing inside the band (avg %.1f W)", avg);
+        const int evidence = c->since_change - c->prm.settle_periods >= c->prm.pace_window; /* valid periods */
+        const double since_avg = c->since_n ? c->since_sum / c->since_n : 0;
+        const int low_pace = !cap_on || (evidence && avg < pace_lo && since_avg < pace_lo);
+        const int shrink = low_pace && low_t && !(thr & BLOCK_UP_BITS) && enough && evidence;
+        if (!shrink) {
+            snprintf(c->reason, sizeof c->reason, "pacing inside the band (avg %.1f W, %d/%d periods since the change)",
+                     avg, c->since_change - c->prm.settle_periods, c->prm.pace_window);
             return c->last_action = FW_CTRL_HOLD;
         }
         double g;
+        const double t_us = c->points[c->ladder[c->rung]].ms * 1000.0;
+        const double floor_us = 0.02 * t_us; /* the smallest gap kept while pacing */
         if (cap_on) {
-            double want = gap_for(c, avg, cap * (1.0 - 0.5 * c->prm.margin));
-            g = c->gap_us + c->prm.pace_gain * (want - c->gap_us);
-            if (g > c->gap_us * 0.9) g = c->gap_us * 0.9;
+            /* the model from the means since the change: >= pace_window samples, less noisy */
+            double want_idle, want;
+            pace_model(c, since_avg, c->since_idle_n ? c->since_idle_sum / c->since_idle_n : 0, c->since_idle_n > 0,
+                       pace_to, &want_idle, &want);
+            if (want_idle <= 0) {
+                g = 0; /* even back to back the rung is predicted under the target */
+            } else {
+                g = c->gap_us + 0.5 * c->prm.pace_gain * (want - c->gap_us);
+                if (g < c->gap_us * (1.0 - c->prm.pace_max_shrink)) g = c->gap_us * (1.0 - c->prm.pace_max_shrink);
+                if (g > c->gap_us * 0.95) g = c->gap_us * 0.95;
+                /* never to 0 while the rung back to back is over the target: where the launches' own
+                 * idle alone brings the power under the band (a cap just under the rung's power),
+                 * stay at the floor rather than cycle between no gap (over) and a gap (under) */
+                if (g < floor_us) g = floor_us;
+            }
+            if (g == c->gap_us) {
+                snprintf(c->reason, sizeof c->reason, "under the band at the smallest gap %.1f us (mean %.1f W)", g,
+                         since_avg);
+                return c->last_action = FW_CTRL_HOLD;
+            }
         } else {
             g = c->gap_us * 0.67;
+            if (g < floor_us) g = 0;
         }
-        const double t_us = c->points[c->ladder[c->rung]].ms * 1000.0;
-        if (g < 0.02 * t_us) g = 0;
         c->gap_us = g;
         c->pace_changes++;
-        snprintf(c->reason, sizeof c->reason, "under the band (avg %.1f W, %.0f C): gap %.0f us", avg, temp, g);
+        snprintf(c->reason, sizeof c->reason, "under the band for %d periods (mean %.1f W, %.0f C): gap %.0f us",
+                 c->since_change - c->prm.settle_periods, since_avg, temp, g);
         changed(c);
         return c->last_action = FW_CTRL_PACE_LESS;
     }
@@ -274,15 +329,27 @@ fw_ctrl_action fw_ctrl_update(fw_controller *c, const fw_gpu_reading *r)
     return c->last_action = FW_CTRL_STEP_UP;
 }
 
+void fw_ctrl_count_launches(fw_controller *c, long n)
+{
+    if (c && n > 0) c->launches += n;
+}
+
 fw_ctrl_action fw_ctrl_poll(fw_controller *c, fw_telemetry *t, int gpu)
 {
     if (!c) return FW_CTRL_HOLD;
     fw_gpu_reading r;
     fw_status st = fw_telemetry_read(t, gpu, &r);
+    c->call_us_valid = 0;
     if (t) {
-        c->last_tick_s = fw_telemetry_now(t);
+        const double now = fw_telemetry_now(t);
+        if (c->have_tick && now > c->last_tick_s && c->launches > 0) { /* the launch rate of the last period */
+            c->call_us = (now - c->last_tick_s) * 1e6 / (double)c->launches;
+            c->call_us_valid = 1;
+        }
+        c->last_tick_s = now;
         c->have_tick = 1;
     }
+    c->launches = 0;
     return fw_ctrl_update(c, st == FW_OK ? &r : NULL);
 }
 
@@ -290,6 +357,8 @@ fw_ctrl_action fw_ctrl_tick(fw_controller *c, fw_telemetry *t, int gpu)
 {
     if (!c || !t) return FW_CTRL_HOLD;
     double now = fw_telemetry_now(t);
-    if (c->have_tick && now - c->last_tick_s < c->prm.period_s) return FW_CTRL_HOLD;
-    return fw_ctrl_poll(c, t, gpu);
+    fw_ctrl_action a = FW_CTRL_HOLD;
+    if (!c->have_tick || now - c->last_tick_s >= c->prm.period_s) a = fw_ctrl_poll(c, t, gpu);
+    c->launches++; /* the launch this tick comes before */
+    return a;
 }

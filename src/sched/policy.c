@@ -20,6 +20,9 @@ fw_ctrl_params fw_ctrl_params_default(void)
     p.max_gap_us = 1e6;
     p.pace_gain = 0.7;
     p.max_backoff = 16;
+    p.pace_target = 0.94;
+    p.pace_window = 10;
+    p.pace_max_shrink = 0.25;
     return p;
 }
 
@@ -75,13 +78,31 @@ int fw_frontier_ladder(const fw_frontier_point *pts, int n, int start, int *ladd
     int k = 0;
     ladder[k++] = start;
     if (!have_w) return k;
-    double wmin = pts[start].avg_w;
+    double w_last = pts[start].avg_w;     /* power of the rung above (the last one kept) */
+    double j_best = pts[start].j_per_call; /* least J/call of the rungs kept so far; 0 = none measured */
     for (int i = 0; i < n && k < max; i++) {
         int p = order[i];
         if (p == start || !before(pts, start, p)) continue; /* only slower than the start */
-        if (pts[p].avg_w < wmin) {
+        int keep;
+        if (pts[p].j_per_call > 0 && j_best > 0) {
+            /* Energy-aware rule: a slower rung must draw at least FW_LADDER_MIN_W_DROP less power than
+             * the rung above (less is inside the power measurement's spread, and buys nothing) and use
+             * at most FW_LADDER_J_TOL more J/call than the least-energy rung above it. Stepping down
+             * then never trades throughput for more energy per call; where no lower rung qualifies,
+             * the controller paces the bottom rung instead (on the H200 every kernel drew 600-750 W
+             * back to back, and cuda-naive, 2% lower in power, cost 9x the J/call of cuda-flash). */
+            keep = pts[p].avg_w <= (1.0 - FW_LADDER_MIN_W_DROP) * w_last &&
+                   pts[p].j_per_call <= (1.0 + FW_LADDER_J_TOL) * j_best;
+        } else {
+            /* J/call not measured (n/a) for this point, or for every rung above: the energy check is
+             * impossible, so the old rule applies: any slower point strictly lower in power. Such a
+             * rung may cost more energy per call than the one above it. */
+            keep = pts[p].avg_w < w_last;
+        }
+        if (keep) {
             ladder[k++] = p;
-            wmin = pts[p].avg_w;
+            w_last = pts[p].avg_w;
+            if (pts[p].j_per_call > 0 && (j_best <= 0 || pts[p].j_per_call < j_best)) j_best = pts[p].j_per_call;
         }
     }
     return k;
@@ -144,7 +165,7 @@ int fw_policy_plan(const fw_frontier_point *pts, int n, const fw_policy *policy,
         if (r == k) { /* even the lowest-power rung is over: pace */
             r = k - 1;
             const fw_frontier_point *b = &pts[ladder[r]];
-            double target = policy->power_cap_w * (1.0 - 0.5 * prm.margin);
+            double target = policy->power_cap_w * prm.pace_target;
             double t_us = b->ms * 1000.0;
             double g = target > prm.idle_w ? t_us * (b->avg_w - target) / (target - prm.idle_w) : prm.max_gap_us;
             if (g > prm.max_gap_us) g = prm.max_gap_us;
