@@ -126,6 +126,12 @@ fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy);
  * pass without atomics, slower). 0 (default): the GPU adds dQ with atomics, as FlashAttention-2 does.
  * The CPU backends are deterministic either way. */
 fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic);
+/* Device workspace in bytes that a call may take beyond its inputs and outputs; 0 (default) = no
+ * budget. Backward only, for now: with a budget > 0 the CUDA backward may keep the Lq×Lk matrices
+ * (S/P, dP/dS) of short sequences in device memory instead of recomputing them (the "store" strategy,
+ * cuBLAS GEMMs; chosen when seqlen_q·seqlen_k is at most 2^20 and one (batch, head) slice's matrices
+ * plus the O(L·D) accumulators fit; larger batches run in chunks within the budget). 0 never picks it. */
+fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes);
 /* Message of the last failed call on this context, "" after a success. Valid until the next call. */
 const char *fw_context_last_error(const fw_context *ctx);
 /* Name of the backend that ran the last successful call on this context. */

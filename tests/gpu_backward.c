@@ -8,6 +8,12 @@
  *   api     fw_attention_backward through the backend table (FW_BWD_SKIP_API=1 skips it)
  *   cores   f16/bf16 only: "bwd-atomic" with FW_CUDA_BWD_TC=0, i.e. the CUDA-core kernels that f16/bf16
  *           shapes the tensor-core kernels do not take fall back to
+ *   mater   fw_cuda_backward with "bwd-materialize" (bwd_materialize.cu: S/P, dP/dS stored, cuBLAS), no
+ *           memory budget (one chunk), run twice: the second result must be bit-identical to the first
+ *   matchk  fw_attention_backward with fw_context_set_memory_budget(fixed + 3 slices): the budget rule
+ *           picks the materialised backward and runs it in chunks of at most 3 (batch, head) slices
+ *           (GQA groups above 3 heads in passes accumulating dK/dV); the device workspace peak must
+ *           show it ran (FW_BWD_SKIP_API=1 skips it)
  * f16/bf16 with head_dim <= 128 (multiple of 8) run the tensor-core kernels in determ/atomic/api;
  * FW_BWD_TC_SWEEP=1 repeats the suite's 16-bit cases for every tensor-core variant.
  * and compared with cpu-ref's backward (float64 accumulation) on f32 copies of the same inputs.
@@ -24,7 +30,8 @@
  *
  *   gpu_backward            the suite
  *   gpu_backward --quick    three small runs (for compute-sanitizer)
- *   gpu_backward --bench [REPS]  fwd and bwd (both dQ modes) timings on the FA grid, bf16 causal
+ *   gpu_backward --bench [REPS]  fwd and bwd (both dQ modes) timings on the FA grid, bf16 causal; column
+ *                           "mat": the materialised backward where all its slices fit 8 GiB at once
  *   gpu_backward --cpu      the same flow on the host with the tiled CPU backward standing in (checks
  *                           this program's logic where there is no GPU; not a test of the kernels)
  * Exit 77 where there is no CUDA device; 1 when a case fails. */
@@ -36,6 +43,7 @@
 #include "backends/backend.h"
 #include "core/dtype.h"
 #include "core/validate.h"
+#include "cuda/bwd_materialize.h"
 #include "flashwatt.h"
 
 #ifndef FW_HAVE_CUDA
@@ -47,6 +55,8 @@ int main(void)
 #else
 #include <cuda_runtime.h>
 
+size_t fw_cuda_workspace_peak(void);
+void fw_cuda_workspace_reset_peak(void);
 fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 fw_status fw_cpu_tiled_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 
@@ -224,7 +234,8 @@ typedef struct bcase {
     int bshd, pad;
 } bcase;
 
-static const char *mode_name[4] = {"determ", "atomic", "api", "cores"};
+#define NMODES 6
+static const char *mode_name[NMODES] = {"determ", "atomic", "api", "cores", "mater", "matchk"};
 
 static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed)
 {
@@ -314,7 +325,7 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
         }
     }
 
-    for (int mode = 0; mode < 4; mode++) {
+    for (int mode = 0; mode < NMODES; mode++) {
         if (!(modes_mask & (1 << mode))) continue;
         if (mode == 3 && dt == FW_F32) continue; /* f32 always runs the CUDA-core kernels */
         if (mode == 3) setenv("FW_CUDA_BWD_TC", "0", 1);
@@ -324,7 +335,8 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
         if (!use_cpu) CK(cudaDeviceSynchronize());
         char err[512] = "";
         const char *who = use_cpu ? "fw_cpu_tiled_backward" : "fw_cuda_backward";
-        if (mode != 2) {
+        size_t mat_need = 0; /* matchk: the workspace the materialised backward takes */
+        if (mode != 2 && mode != 5) {
             fw_problem p;
             st = fw_validate_backward(&r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params, &p, err,
                                       sizeof err);
@@ -332,11 +344,12 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 p.precision = FW_PRECISION_EXACT;
                 fw_config cfg;
                 memset(&cfg, 0, sizeof cfg);
-                snprintf(cfg.name, sizeof cfg.name, "%s", mode == 0 ? "bwd-deterministic" : "bwd-atomic");
+                snprintf(cfg.name, sizeof cfg.name, "%s",
+                         mode == 0 ? "bwd-deterministic" : mode == 4 ? "bwd-materialize" : "bwd-atomic");
                 fw_exec ex;
                 ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
                 st = use_cpu ? fw_cpu_tiled_backward(&p, &cfg, &ex) : fw_cuda_backward(&p, &cfg, &ex);
-                if (st == FW_OK && mode == 0) { /* again: must be bit-identical */
+                if (st == FW_OK && (mode == 0 || mode == 4)) { /* again: must be bit-identical */
                     void *first[3] = {malloc(r.q_elems * es), malloc(r.kv_elems * es), malloc(r.kv_elems * es)};
                     if (!first[0] || !first[1] || !first[2]) { fprintf(stderr, "out of memory\n"); exit(2); }
                     dcopy(first[0], d_dq, r.q_elems * es, 0);
@@ -350,7 +363,7 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                         dcopy(h_dv, d_dv, r.kv_elems * es, 0);
                         if (memcmp(first[0], h_dq, r.q_elems * es) || memcmp(first[1], h_dk, r.kv_elems * es) ||
                             memcmp(first[2], h_dv, r.kv_elems * es)) {
-                            printf("FAIL %s determ: a second run is not bit-identical\n", label);
+                            printf("FAIL %s %s: a second run is not bit-identical\n", label, mode_name[mode]);
                             failed++;
                         }
                     }
@@ -358,7 +371,30 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 }
             }
         } else {
+            if (mode == 5) { /* a budget for the fixed part and 3 slices: the auto rule must pick the store path */
+                fw_problem p;
+                fw_bwd_mat_plan pl;
+                st = fw_validate_backward(&r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params, &p, err,
+                                          sizeof err);
+                if (st != FW_OK) { printf("FAIL %s matchk: validate: %s\n", label, err); failed++; continue; }
+                fw_bwd_materialize_plan(&p, &pl);
+                p.memory_budget = pl.fixed_bytes + 3 * pl.slice_bytes + 1024;
+                if (!fw_bwd_materialize_wanted(&p, NULL) || !fw_bwd_materialize_plan(&p, &pl) ||
+                    pl.units_per_chunk * pl.heads_per_pass > 3) {
+                    printf("FAIL %s matchk: budget %zu: plan fits %d, %lld units x %lld heads per chunk\n", label,
+                           p.memory_budget, pl.fits, (long long)pl.units_per_chunk, (long long)pl.heads_per_pass);
+                    failed++;
+                    continue;
+                }
+                mat_need = pl.fixed_bytes + pl.chunk_bytes;
+                fw_context_set_memory_budget(ctx, p.memory_budget);
+                if (!use_cpu) {
+                    CK(cudaDeviceSynchronize());
+                    fw_cuda_workspace_reset_peak();
+                }
+            }
             st = fw_attention_backward(ctx, &r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params);
+            if (mode == 5) fw_context_set_memory_budget(ctx, 0);
             if (st != FW_OK) snprintf(err, sizeof err, "%s", fw_context_last_error(ctx));
             else who = fw_context_last_backend(ctx);
             if (st == FW_ERR_NO_BACKEND || st == FW_ERR_NOT_IMPLEMENTED)
@@ -394,6 +430,11 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
             g[x].tol = 1e-4 * g[x].ref_max + 1e-5 * M + 1e-6 + (dt == FW_F32 ? 0.0 : 3.0 * g[x].lowp);
             ok = ok && g[x].max_abs <= g[x].tol && !g[x].unwritten && !g[x].stray && !g[x].nans;
         }
+        if (mode == 5 && !use_cpu && fw_cuda_workspace_peak() < mat_need) {
+            printf("FAIL %s matchk: workspace peak %zu < %zu: the materialised backward did not run\n", label,
+                   fw_cuda_workspace_peak(), mat_need);
+            ok = 0;
+        }
         printf("%s %s %-6s | dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e (err/tol) |g_ref| %.2e %.2e %.2e",
                ok ? "PASS" : "FAIL", label, mode_name[mode], g[0].max_abs, g[0].tol, g[1].max_abs, g[1].tol,
                g[2].max_abs, g[2].tol, g[0].ref_max, g[1].ref_max, g[2].ref_max);
@@ -422,6 +463,45 @@ static int cmp_dbl(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The "mat" column: fw_cuda_backward with "bwd-materialize" and an 8 GiB memory budget, so that every
+ * (batch, head) slice is materialised at once (one chunk); -1 ("-") where that workspace would exceed
+ * 8 GiB, -2 when it failed. t: reps doubles of scratch. */
+static double bench_mat(const fw_problem *p0, int reps, double *t)
+{
+    fw_problem p = *p0;
+    fw_bwd_mat_plan pl;
+    p.memory_budget = (size_t)8 << 30;
+    if (!fw_bwd_materialize_plan(&p, &pl) || pl.units_per_chunk * pl.heads_per_pass < p.batch * p.heads) return -1.0;
+    fw_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.name, sizeof cfg.name, "bwd-materialize");
+    char err[512] = "";
+    fw_exec ex;
+    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    fw_status st = fw_cuda_backward(&p, &cfg, &ex); /* warm-up */
+    for (int i = 0; i < reps && st == FW_OK; i++) {
+        CK(cudaEventRecord(e0, 0));
+        st = fw_cuda_backward(&p, &cfg, &ex);
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t[i] = ms;
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    if (st != FW_OK) {
+        printf("materialised backward failed: %s\n", err);
+        failed++;
+        return -2.0;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_dbl);
+    return t[reps / 2];
+}
+
 static void bench(int reps)
 {
     /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 1..3 per mode */
@@ -429,8 +509,8 @@ static void bench(int reps)
     static const char *col_cfg[NCOL] = {"bwd-deterministic", "bwd-atomic", "bwd-atomic", "bwd-atomic", "bwd-atomic",
                                         "bwd-deterministic", "bwd-deterministic", "bwd-deterministic"};
     static const char *col_var[NCOL] = {NULL, NULL, "1", "2", "3", "1", "2", "3"}; /* NULL: the mode's default */
-    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det", "atom",
-           "atom_v1", "atom_v2", "atom_v3", "det_v1", "det_v2", "det_v3", "TF/s_det", "TF/s_atom");
+    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det", "atom",
+           "atom_v1", "atom_v2", "atom_v3", "det_v1", "det_v2", "det_v3", "TF/s_det", "TF/s_atom", "mat");
     const int Ds[2] = {64, 128};
     /* FW_BWD_BENCH_ONLY=D:L runs one shape (for profilers) */
     int only_d = 0;
@@ -490,12 +570,15 @@ static void bench(int reps)
                 bwd_ms[mode] = t[reps / 2];
             }
             unsetenv("FW_CUDA_BWD_TC_VARIANT");
+            const double mat_ms = st == FW_OK ? bench_mat(&p, reps, t) : -1.0;
             const double f = fw_run_flops(&r);
             if (st == FW_OK)
-                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f\n", Ds[di],
+                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f", Ds[di],
                        (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1], bwd_ms[2],
                        bwd_ms[3], bwd_ms[4], bwd_ms[5], bwd_ms[6], bwd_ms[7], 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
                        3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
+            if (st == FW_OK && mat_ms >= 0) printf(" %9.3f\n", mat_ms);
+            else if (st == FW_OK) printf(" %9s\n", "-");
             fflush(stdout);
             CK(cudaEventDestroy(e0));
             CK(cudaEventDestroy(e1));
@@ -520,7 +603,7 @@ int main(int argc, char **argv)
         return 77;
     }
     const char *skip_api = getenv("FW_BWD_SKIP_API");
-    const int modes = (skip_api && !strcmp(skip_api, "1")) ? 11 : 15;
+    const int modes = (skip_api && !strcmp(skip_api, "1")) ? 1 | 2 | 8 | 16 : 63;
     const fw_dtype dts[3] = {FW_F32, FW_F16, FW_BF16};
     const int64_t U = FW_WINDOW_UNLIMITED;
     if (bench_reps > 0 || (argc > 1 && !strcmp(argv[argc - 1], "--bench"))) {
@@ -532,7 +615,7 @@ int main(int argc, char **argv)
         const bcase q2 = {1, 2, 1, 33, 47, 40, 0, 5, 9, 1, 8};
         run_case(&q1, FW_F16, modes, 1);
         run_case(&q2, FW_BF16, modes, 2);
-        run_case(&q2, FW_F32, 3, 3);
+        run_case(&q2, FW_F32, 3 | 16, 3);
     } else {
         const bcase cs[] = {
             /* B  H Hkv   Lq    Lk    D causal wl  wr bshd pad */

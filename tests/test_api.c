@@ -284,6 +284,42 @@ static void threads_contexts(void)
     pthread_barrier_destroy(&start_line);
 }
 
+/* fw_context_set_memory_budget: NULL context refused; any size accepted (0 = no budget); a CPU backward
+ * runs the same under a budget (it steers only the CUDA backward's recompute-vs-store choice). */
+static void memory_budget(void)
+{
+    fwt_case(fw_context_set_memory_budget(NULL, 1) == FW_ERR_NULL_ARGUMENT, "set_memory_budget(NULL ctx) refused");
+    fw_context *ctx = NULL;
+    if (fw_context_create(&ctx) != FW_OK) { fwt_case(0, "context"); return; }
+    const size_t sizes[3] = {(size_t)1 << 30, SIZE_MAX, 0};
+    for (int i = 0; i < 3; i++) {
+        fw_status st = fw_context_set_memory_budget(ctx, sizes[i]);
+        fwt_case(st == FW_OK, "set_memory_budget(%zu): %s", sizes[i], fw_status_string(st));
+    }
+    fw_context_set_memory_budget(ctx, 1);
+    fw_context_set_backend(ctx, "cpu-ref");
+    enum { B = 1, H = 2, L = 9, D = 8, N = B * H * L * D };
+    static float q[N], k[N], v[N], o[N], dout[N], dq[N], dk[N], dv[N], lse[B * H * L];
+    for (int i = 0; i < N; i++) {
+        q[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+        k[i] = (float)((i * 17) % 13) / 13.0f - 0.5f;
+        v[i] = (float)((i * 7) % 5) / 5.0f;
+        dout[i] = (float)((i * 3) % 7) / 7.0f - 0.4f;
+    }
+    const fw_device cpu = {FW_DEVICE_CPU, 0};
+    fw_tensor tq = fw_tensor_bhsd(q, FW_F32, cpu, B, H, L, D), tk = fw_tensor_bhsd(k, FW_F32, cpu, B, H, L, D);
+    fw_tensor tv = fw_tensor_bhsd(v, FW_F32, cpu, B, H, L, D), to = fw_tensor_bhsd(o, FW_F32, cpu, B, H, L, D);
+    fw_tensor tdo = fw_tensor_bhsd(dout, FW_F32, cpu, B, H, L, D), tdq = fw_tensor_bhsd(dq, FW_F32, cpu, B, H, L, D);
+    fw_tensor tdk = fw_tensor_bhsd(dk, FW_F32, cpu, B, H, L, D), tdv = fw_tensor_bhsd(dv, FW_F32, cpu, B, H, L, D);
+    fw_attn_params prm = fw_attn_params_default();
+    prm.causal = 1;
+    fw_status st = fw_attention_forward(ctx, &tq, &tk, &tv, &to, lse, &prm);
+    if (st == FW_OK) st = fw_attention_backward(ctx, &tq, &tk, &tv, &to, lse, &tdo, &tdq, &tdk, &tdv, &prm);
+    fwt_case(st == FW_OK, "cpu-ref forward + backward under a 1-byte memory budget: %s %s", fw_status_string(st),
+             fw_context_last_error(ctx));
+    fw_context_destroy(ctx);
+}
+
 int main(void)
 {
     const double t0 = fw_now_seconds();
@@ -293,5 +329,6 @@ int main(void)
     supports_reasons();
     last_backend();
     threads_contexts();
+    memory_budget();
     return fwt_finish("test_api", fw_now_seconds() - t0);
 }

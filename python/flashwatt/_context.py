@@ -24,6 +24,9 @@ class Context:
         threads: CPU threads for CPU backends; 0 (default) = all online cores.
         precision: force a precision for float32 inputs: ``"exact"`` (default), ``"tf32"``,
             ``"3xtf32"``, ``"bf16"`` (runs only where a backend has that mode).
+        memory_budget: device workspace in bytes a call may take beyond its tensors; 0 (default) =
+            no budget. With a budget, the CUDA backward of short sequences may store the attention
+            matrices instead of recomputing them (the "recompute strategy" knob).
 
     A context is not meant to be shared by threads running calls at the same time (its last error
     and CUDA stream are per context); make one per thread. The module-level functions use a
@@ -39,6 +42,7 @@ class Context:
         threads: int = 0,
         temperature_limit_c: Optional[float] = None,
         precision: str = "exact",
+        memory_budget: int = 0,
     ):
         lib = _lib.load()
         self._lib = lib
@@ -51,6 +55,7 @@ class Context:
         self.backend = backend
         self.threads = threads
         self.precision = precision
+        self.memory_budget = memory_budget
         self.set_policy(objective, power_cap_w, reduced_precision_budget, temperature_limit_c)
 
     # -- lifetime --
@@ -76,7 +81,7 @@ class Context:
     def __repr__(self) -> str:
         return (f"flashwatt.Context(objective={self.objective!r}, power_cap_w={self.power_cap_w!r}, "
                 f"reduced_precision_budget={self.reduced_precision_budget!r}, backend={self.backend!r}, "
-                f"threads={self.threads!r}, precision={self.precision!r})")
+                f"threads={self.threads!r}, precision={self.precision!r}, memory_budget={self.memory_budget!r})")
 
     # -- internals --
     @property
@@ -124,6 +129,20 @@ class Context:
             raise ValueError(f"precision {p!r} is not one of {sorted(_lib.PRECISIONS)}")
         self._check(self._lib.fw_context_set_precision(self.handle, _lib.PRECISIONS[p]))
         self._precision = p
+
+    @property
+    def memory_budget(self) -> int:
+        """Device workspace budget in bytes; 0 = none (the library's defaults)."""
+        return self._memory_budget
+
+    @memory_budget.setter
+    def memory_budget(self, nbytes: int) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+            raise TypeError(f"memory_budget must be an int number of bytes, got {nbytes!r}")
+        if nbytes < 0 or nbytes >= 1 << 64:
+            raise ValueError(f"memory_budget must be in [0, 2**64) bytes (0 = no budget), got {nbytes}")
+        self._check(self._lib.fw_context_set_memory_budget(self.handle, nbytes))
+        self._memory_budget = nbytes
 
     def set_policy(
         self,

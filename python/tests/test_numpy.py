@@ -197,6 +197,36 @@ def test_context_errors(fw):
         fw.Context(precision="fp8")
 
 
+def test_memory_budget(fw):
+    """Context.memory_budget reaches fw_context_set_memory_budget; CPU calls run the same with any
+    budget (it steers the CUDA backward's recompute-vs-store choice only)."""
+    assert fw.Context().memory_budget == 0
+    ctx = fw.Context(memory_budget=1 << 30, threads=1)
+    assert ctx.memory_budget == 1 << 30 and "memory_budget=1073741824" in repr(ctx)
+    ctx.memory_budget = (1 << 64) - 1
+    assert ctx.memory_budget == (1 << 64) - 1
+    ctx.memory_budget = 0
+    with pytest.raises(ValueError, match="memory_budget"):
+        ctx.memory_budget = -1
+    with pytest.raises(ValueError, match="memory_budget"):
+        fw.Context(memory_budget=1 << 64)
+    with pytest.raises(TypeError, match="memory_budget"):
+        ctx.memory_budget = 1.5
+    assert ctx.memory_budget == 0, "a rejected value leaves the budget as it was"
+    ctx.memory_budget = 64 << 20
+    rng = np.random.default_rng(23)
+    q, k, v, do = (rand(rng, (1, 2, 12, 16), np.float32) for _ in range(4))
+    o, lse = fw.attention(q, k, v, return_lse=True, causal=True, context=ctx)
+    check(o, q, k, v, causal=True)
+    try:
+        dq, dk, dv = fw.attention_backward(q, k, v, o, lse, do, causal=True, context=ctx)
+    except NotImplementedError:
+        return
+    ref = attention_backward_ref(q, k, v, do, causal=True)
+    for g, r in zip((dq, dk, dv), ref):
+        assert np.abs(g.astype(np.float64) - r).max() <= 2e-5 * (1 + np.abs(r).max())
+
+
 def test_errors_carry_the_library_message(fw):
     rng = np.random.default_rng(2)
     q, k, v = (rand(rng, (1, 4, 10, 16), np.float32) for _ in range(3))

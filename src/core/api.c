@@ -219,6 +219,13 @@ fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic)
     return FW_OK;
 }
 
+fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes)
+{
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    ctx->memory_budget = bytes;
+    return FW_OK;
+}
+
 const char *fw_context_last_error(const fw_context *ctx) { return ctx ? ctx->last_error : "ctx is NULL"; }
 
 const char *fw_context_last_backend(const fw_context *ctx)
@@ -240,6 +247,7 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     fw_config cfg;
     p->precision = ctx->precision;
     p->deterministic = ctx->deterministic;
+    p->memory_budget = ctx->memory_budget;
     if (p->precision != FW_PRECISION_EXACT && p->dtype != FW_F32) {
         set_error(ctx, "a reduced precision mode applies to f32 inputs only; these are f16/bf16");
         return FW_ERR_INVALID_VALUE;

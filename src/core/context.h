@@ -12,6 +12,7 @@ struct fw_context {
     void *stream;
     fw_precision precision;
     int deterministic; /* backward without atomics (bit-identical run to run) */
+    size_t memory_budget; /* device workspace budget in bytes; 0 = default */
     fw_policy policy;
     char last_error[1024];
     const char *last_backend;

@@ -28,6 +28,7 @@ typedef struct fw_problem {
     int64_t do_stride[4], dq_stride[4], dk_stride[4], dv_stride[4];
     fw_precision precision;
     int deterministic; /* backward: no atomics in the dQ reduction (fw_context_set_deterministic) */
+    size_t memory_budget; /* device workspace bytes a backend may take (fw_context_set_memory_budget); 0 = default */
 } fw_problem;
 
 #define FW_UNBOUNDED (INT64_MAX / 4)

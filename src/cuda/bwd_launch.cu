@@ -8,12 +8,20 @@
  * dQ mode: atomic (default, as FlashAttention-2: atomicAdd into an f32 workspace during the dK/dV pass,
  * then a conversion) or deterministic (a separate dQ pass, no atomics: fw_context_set_deterministic).
  * The config names "bwd-atomic" / "bwd-deterministic" (tests, benchmarks) and the environment variable
- * FW_CUDA_BWD_DQ=deterministic also choose it. */
+ * FW_CUDA_BWD_DQ=deterministic also choose it.
+ *
+ * Recompute vs store: the kernels here recompute P (O(L) memory). The dispatch hook at the top of
+ * fw_cuda_backward hands the call to the materialised backward (bwd_materialize.cu: S/P and dP/dS of
+ * whole (batch, head) slices in device memory, cuBLAS GEMMs) when the config name is "bwd-materialize",
+ * or when the context's memory budget (fw_context_set_memory_budget) is > 0, seqlen_q·seqlen_k <=
+ * FW_BWD_MATERIALIZE_MAX_PAIRS and the workspace of one (batch, head) slice (plus the O(L·D)
+ * accumulators) fits the budget; bwd_materialize.h has the details. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "bwd_kernel.cuh"
 #include "bwd_tc.cuh"
+#include "bwd_materialize.h"
 
 extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 /* 1 if fw_cuda_backward can run p; else 0 with the reason. */
@@ -188,6 +196,7 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
         fw_why(ex->err, ex->err_len, "%s", why);
         return FW_ERR_UNSUPPORTED;
     }
+    if (fw_bwd_materialize_wanted(p, cfg)) return fw_cuda_backward_materialize(p, cfg, ex); /* store, not recompute */
     fw_cuda_device_guard guard(p->device.index);
     if (guard.failed()) {
         fw_why(ex->err, ex->err_len, "cannot select cuda:%d", p->device.index);
