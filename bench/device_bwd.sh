@@ -96,9 +96,10 @@ def sdpa(backend):
     return f
 
 fns = {"sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
-if flashwatt:  # the library's default dQ mode (deterministic) and the atomic one (FW_CUDA_BWD_DQ, read per call)
+if flashwatt:  # the library's default (atomic dQ) and a deterministic context
     fns["flashwatt"] = lambda q, k, v: flashwatt.attention(q, k, v, causal=True)
-    fns["flashwatt-atomic"] = fns["flashwatt"]
+    det_ctx = flashwatt.Context(deterministic=True)
+    fns["flashwatt-det"] = lambda q, k, v: det_ctx.attention(q, k, v, causal=True)
 
 def time_it(fn, q, k, v, dout, bwd, budget_s=1.0, min_reps=3, max_reps=30):
     def once():
@@ -132,7 +133,6 @@ for D in (64, 128):
         grads = {}
         for name, fn in fns.items():
             row = {"D": D, "L": L, "B": B, "H": H, "backend": name}
-            os.environ["FW_CUDA_BWD_DQ"] = "atomic" if name == "flashwatt-atomic" else "deterministic"
             try:
                 q.grad = k.grad = v.grad = None
                 fn(q, k, v).backward(dout)
@@ -159,7 +159,7 @@ if json_path:
 print()
 print("bf16 causal fwd+bwd, 16k tokens, hidden 2048: ms (TFLOP/s at 3.5x the causal forward's FLOPs)")
 names = list(fns)
-print(f"{'D':>4} {'L':>6} " + " ".join(f"{n:>22}" for n in names) + "   fw/flash  fw/cudnn  (fw = flashwatt, deterministic dQ)")
+print(f"{'D':>4} {'L':>6} " + " ".join(f"{n:>22}" for n in names) + "  vs_flash  vs_cudnn  det_vs_flash  (speed = t(anchor) / t(flashwatt))")
 for D in (64, 128):
     for L in Ls:
         rows = {r["backend"]: r for r in results if r["D"] == D and r["L"] == L}
@@ -169,8 +169,9 @@ for D in (64, 128):
             cells.append(f"{r['fwdbwd_ms']:9.3f} ({r['tflops']:6.1f})" if "fwdbwd_ms" in r else f"{'error':>22}")
         def ratio(a, b):
             ra, rb = rows.get(a, {}), rows.get(b, {})
-            return f"{ra['fwdbwd_ms'] / rb['fwdbwd_ms']:8.2f}x" if "fwdbwd_ms" in ra and "fwdbwd_ms" in rb else "     n/a"
-        print(f"{D:>4} {L:>6} " + " ".join(f"{c:>22}" for c in cells) + f"  {ratio('flashwatt', 'sdpa-flash')} {ratio('flashwatt', 'sdpa-cudnn')}")
+            return f"{rb['fwdbwd_ms'] / ra['fwdbwd_ms']:8.2f}x" if "fwdbwd_ms" in ra and "fwdbwd_ms" in rb else "     n/a"
+        print(f"{D:>4} {L:>6} " + " ".join(f"{c:>22}" for c in cells) +
+              f"  {ratio('flashwatt', 'sdpa-flash')} {ratio('flashwatt', 'sdpa-cudnn')}     {ratio('flashwatt-det', 'sdpa-flash')}")
 PYEOF
     PYTHONUNBUFFERED=1 FW_ROOT="$ROOT" FLASHWATT_LIBRARY="$ROOT/$BUILD/libflashwatt.so" \
         timeout 300 python3 "$LOGS/bwd_torch.py" --json "$BWD_OUT/bwd_torch.json" ${FW_BWD_TORCH_ARGS:-} > "$LOGS/bwd_torch.log" 2>&1

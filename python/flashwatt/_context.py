@@ -27,6 +27,9 @@ class Context:
         memory_budget: device workspace in bytes a call may take beyond its tensors; 0 (default) =
             no budget. With a budget, the CUDA backward of short sequences may store the attention
             matrices instead of recomputing them (the "recompute strategy" knob).
+        deterministic: backward only. True: bit-identical gradients run to run (the GPU computes dQ in
+            a separate pass without atomics, slower). False (default): dQ by atomics on the GPU, as
+            FlashAttention-2. CPU backends are deterministic either way.
 
     A context is not meant to be shared by threads running calls at the same time (its last error
     and CUDA stream are per context); make one per thread. The module-level functions use a
@@ -43,6 +46,7 @@ class Context:
         temperature_limit_c: Optional[float] = None,
         precision: str = "exact",
         memory_budget: int = 0,
+        deterministic: bool = False,
     ):
         lib = _lib.load()
         self._lib = lib
@@ -56,6 +60,7 @@ class Context:
         self.threads = threads
         self.precision = precision
         self.memory_budget = memory_budget
+        self.deterministic = deterministic
         self.set_policy(objective, power_cap_w, reduced_precision_budget, temperature_limit_c)
 
     # -- lifetime --
@@ -81,7 +86,8 @@ class Context:
     def __repr__(self) -> str:
         return (f"flashwatt.Context(objective={self.objective!r}, power_cap_w={self.power_cap_w!r}, "
                 f"reduced_precision_budget={self.reduced_precision_budget!r}, backend={self.backend!r}, "
-                f"threads={self.threads!r}, precision={self.precision!r}, memory_budget={self.memory_budget!r})")
+                f"threads={self.threads!r}, precision={self.precision!r}, memory_budget={self.memory_budget!r}, "
+                f"deterministic={self.deterministic!r})")
 
     # -- internals --
     @property
@@ -143,6 +149,18 @@ class Context:
             raise ValueError(f"memory_budget must be in [0, 2**64) bytes (0 = no budget), got {nbytes}")
         self._check(self._lib.fw_context_set_memory_budget(self.handle, nbytes))
         self._memory_budget = nbytes
+
+    @property
+    def deterministic(self) -> bool:
+        """Backward without atomics (bit-identical gradients run to run)."""
+        return self._deterministic
+
+    @deterministic.setter
+    def deterministic(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise TypeError(f"deterministic must be True or False, got {on!r}")
+        self._check(self._lib.fw_context_set_deterministic(self.handle, int(on)))
+        self._deterministic = on
 
     def set_policy(
         self,

@@ -191,6 +191,7 @@ def _prototype(lib: ctypes.CDLL) -> None:
     proto("fw_context_set_precision", c.c_int, vp, c.c_int)
     proto("fw_context_set_policy", c.c_int, vp, P(FwPolicy))
     proto("fw_context_set_memory_budget", c.c_int, vp, c.c_size_t)
+    proto("fw_context_set_deterministic", c.c_int, vp, c.c_int)
     proto("fw_context_last_error", c.c_char_p, vp)
     proto("fw_context_last_backend", c.c_char_p, vp)
     proto("fw_attention_forward", c.c_int, vp, P(FwTensor), P(FwTensor), P(FwTensor), P(FwTensor),

@@ -344,3 +344,14 @@ def test_backward_errors(fw):
     # A backend without a backward says so, as NotImplementedError.
     with pytest.raises(NotImplementedError, match="no backward"):
         fw.attention_backward(q, k, v, o, lse, o, backend="cpu-naive")
+
+
+def test_deterministic_setting(fw):
+    """Context.deterministic reaches fw_context_set_deterministic; only booleans are taken."""
+    assert fw.Context().deterministic is False
+    ctx = fw.Context(deterministic=True, threads=1)
+    assert ctx.deterministic is True and "deterministic=True" in repr(ctx)
+    ctx.deterministic = False
+    assert ctx.deterministic is False
+    with pytest.raises(TypeError, match="deterministic"):
+        ctx.deterministic = 1

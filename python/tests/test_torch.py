@@ -208,3 +208,32 @@ def test_explicit_backward_equals_autograd(device):
     (fw.attention(q, k, v, causal=True, layout="bshd") * g).sum().backward()
     for mine, ref in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_backward_training_shapes(device, dtype, D):
+    """The GPU's tensor-core backward (f16/bf16, D 64 and 128, causal, GQA, L past one tile) against
+    float64 gradients, within 2x SDPA's own error in the dtype; the deterministic context gives
+    bit-identical gradients on a second run."""
+    B, H, Hkv, L = 2, 4, 2, 300
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(B, h, L, D, generator=gen).to(device, dtype) for h in (H, Hkv, Hkv))
+    g = torch.randn(B, H, L, D, generator=gen).to(device, dtype)
+    q64, k64, v64 = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
+    (_sdpa(q64, k64, v64, True, None) * g.double().cpu()).sum().backward()
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    (_sdpa(ql, kl, vl, True, None) * g).sum().backward()
+    grads = []
+    for ctx in (fw.Context(), fw.Context(deterministic=True), fw.Context(deterministic=True)):
+        qf, kf, vf = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        (ctx.attention(qf, kf, vf, causal=True) * g).sum().backward()
+        grads.append((qf.grad, kf.grad, vf.grad))
+        for name, mine, sd, ref in (("dq", qf.grad, ql.grad, q64.grad), ("dk", kf.grad, kl.grad, k64.grad),
+                                    ("dv", vf.grad, vl.grad, v64.grad)):
+            err = (mine.double().cpu() - ref).abs().max().item()
+            err_sdpa = (sd.double().cpu() - ref).abs().max().item()
+            assert err <= 2 * err_sdpa + 1e-4, f"{name} (deterministic={ctx.deterministic}): {err:.3g} > 2 x {err_sdpa:.3g}"
+    for a, b in zip(grads[1], grads[2]):
+        assert torch.equal(a, b), "deterministic backward differs between two runs"
