@@ -517,12 +517,19 @@ static void bench(int reps)
     long long only_l = 0;
     const char *only = getenv("FW_BWD_BENCH_ONLY");
     if (only && sscanf(only, "%d:%lld", &only_d, &only_l) != 2) only_d = 0;
+    /* FW_BWD_BENCH_DTYPE=f32|f16 (default bf16), FW_BWD_BENCH_MINL / _MAXL (default 1024 / 16384) */
+    const char *dts = getenv("FW_BWD_BENCH_DTYPE"), *maxl_s = getenv("FW_BWD_BENCH_MAXL");
+    const fw_dtype bench_dt = dts && !strcmp(dts, "f32") ? FW_F32 : dts && !strcmp(dts, "f16") ? FW_F16 : FW_BF16;
+    const long long maxl = maxl_s && atoll(maxl_s) > 0 ? atoll(maxl_s) : 16384;
+    const char *minl_s = getenv("FW_BWD_BENCH_MINL"); /* default 1024 */
+    const long long minl = minl_s && atoll(minl_s) > 0 ? atoll(minl_s) : 1024;
+    printf("# dtype %s\n", fw_dtype_name(bench_dt));
     for (int di = 0; di < 2; di++)
-        for (int64_t L = 1024; L <= 16384; L *= 2) {
+        for (int64_t L = minl; L <= maxl; L *= 2) {
             if (only_d && (only_d != Ds[di] || only_l != L)) continue;
             fw_case c = fw_case_default();
             c.batch = 16384 / L; c.heads = c.kv_heads = 2048 / Ds[di]; c.seqlen_q = c.seqlen_k = L;
-            c.head_dim = Ds[di]; c.dtype = FW_BF16; c.device.kind = FW_DEVICE_CUDA; c.device.index = 0;
+            c.head_dim = Ds[di]; c.dtype = bench_dt; c.device.kind = FW_DEVICE_CUDA; c.device.index = 0;
             c.want_lse = 1; c.params.causal = 1; c.seed = 7;
             fw_run r;
             char msg[512];
