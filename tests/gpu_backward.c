@@ -10,8 +10,9 @@
  *           shapes the tensor-core kernels do not take fall back to
  *   mater   fw_cuda_backward with "bwd-materialize" (bwd_materialize.cu: S/P, dP/dS stored, cuBLAS), no
  *           memory budget (one chunk), run twice: the second result must be bit-identical to the first
- *   matchk  fw_attention_backward with fw_context_set_memory_budget(fixed + 3 slices): the budget rule
- *           picks the materialised backward and runs it in chunks of at most 3 (batch, head) slices
+ *   matchk  fw_attention_backward with fw_context_set_memory_budget(fixed + 3 slices) on a deterministic
+ *           context: for f32 at head_dim > 64 the budget rule must pick the materialised backward (the
+ *           only case measured faster; elsewhere it must decline) and run it in chunks of at most 3 (batch, head) slices
  *           (GQA groups above 3 heads in passes accumulating dK/dV); the device workspace peak must
  *           show it ran (FW_BWD_SKIP_API=1 skips it)
  * f16/bf16 with head_dim <= 128 (multiple of 8) run the tensor-core kernels in determ/atomic/api;
@@ -379,14 +380,25 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 if (st != FW_OK) { printf("FAIL %s matchk: validate: %s\n", label, err); failed++; continue; }
                 fw_bwd_materialize_plan(&p, &pl);
                 p.memory_budget = pl.fixed_bytes + 3 * pl.slice_bytes + 1024;
-                if (!fw_bwd_materialize_wanted(&p, NULL) || !fw_bwd_materialize_plan(&p, &pl) ||
-                    pl.units_per_chunk * pl.heads_per_pass > 3) {
+                p.deterministic = 1;
+                fw_context_set_deterministic(ctx, 1);
+                /* the rule stores only for deterministic f32 at head_dim > 64; elsewhere it must decline */
+                const int expect_store = dt == FW_F32 && bc->D > 64 && bc->Lq * bc->Lk <= FW_BWD_MATERIALIZE_MAX_PAIRS;
+                if (!expect_store && fw_bwd_materialize_wanted(&p, NULL)) {
+                    printf("FAIL %s matchk: the rule chose the store path outside deterministic f32, D > 64\n", label);
+                    failed++;
+                    fw_context_set_deterministic(ctx, 0);
+                    continue;
+                }
+                if (expect_store && (!fw_bwd_materialize_wanted(&p, NULL) || !fw_bwd_materialize_plan(&p, &pl) ||
+                    pl.units_per_chunk * pl.heads_per_pass > 3)) {
                     printf("FAIL %s matchk: budget %zu: plan fits %d, %lld units x %lld heads per chunk\n", label,
                            p.memory_budget, pl.fits, (long long)pl.units_per_chunk, (long long)pl.heads_per_pass);
                     failed++;
+                    fw_context_set_deterministic(ctx, 0);
                     continue;
                 }
-                mat_need = pl.fixed_bytes + pl.chunk_bytes;
+                mat_need = expect_store ? pl.fixed_bytes + pl.chunk_bytes : 0;
                 fw_context_set_memory_budget(ctx, p.memory_budget);
                 if (!use_cpu) {
                     CK(cudaDeviceSynchronize());
@@ -394,7 +406,10 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 }
             }
             st = fw_attention_backward(ctx, &r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params);
-            if (mode == 5) fw_context_set_memory_budget(ctx, 0);
+            if (mode == 5) {
+                fw_context_set_memory_budget(ctx, 0);
+                fw_context_set_deterministic(ctx, 0);
+            }
             if (st != FW_OK) snprintf(err, sizeof err, "%s", fw_context_last_error(ctx));
             else who = fw_context_last_backend(ctx);
             if (st == FW_ERR_NO_BACKEND || st == FW_ERR_NOT_IMPLEMENTED)

@@ -6,9 +6,12 @@
  *   - the config name is "bwd-materialize" (tests, benchmarks, a scheduler's choice); with a memory
  *     budget (fw_context_set_memory_budget) too small for one slice this fails with
  *     FW_ERR_UNSUPPORTED and a message naming the budget and the need;
- *   - or the context's memory budget is > 0, seqlen_q·seqlen_k <= FW_BWD_MATERIALIZE_MAX_PAIRS, and
- *     the fixed workspace plus the Lq×Lk workspace of one (batch, head) slice fit the budget, unless
- *     the config names a recompute mode ("bwd-atomic", "bwd-deterministic": any other "bwd-" name).
+ *   - or the context's memory budget is > 0, the call is deterministic, f32 with head_dim > 64 (the
+ *     only case where storing was measured faster: 1.6-1.7x the deterministic CUDA-core recompute
+ *     on an H100; the tensor-core recompute of f16/bf16 was 2.7-4.7x faster than storing),
+ *     seqlen_q·seqlen_k <= FW_BWD_MATERIALIZE_MAX_PAIRS, and the fixed workspace plus the Lq×Lk
+ *     workspace of one (batch, head) slice fit the budget, unless the config names a recompute mode
+ *     ("bwd-atomic", "bwd-deterministic": any other "bwd-" name).
  * A budget of 0 (the default) never selects it automatically.
  *
  * Workspace (one fw_cuda_ws_alloc, counted by fw_cuda_workspace_peak):
@@ -27,7 +30,7 @@
 #include "../backends/backend.h"
 
 /* Auto-selection limit on the visible-or-not pairs of one slice (the lead tunes it from device runs). */
-#define FW_BWD_MATERIALIZE_MAX_PAIRS (1024LL * 1024LL)
+#define FW_BWD_MATERIALIZE_MAX_PAIRS (2048LL * 2048LL) /* measured faster up to L = 2048 */
 /* Chunk workspace when "bwd-materialize" is asked for with no budget set. */
 #define FW_BWD_MATERIALIZE_DEFAULT_BYTES ((size_t)1 << 30)
 
