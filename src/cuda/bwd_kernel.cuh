@@ -77,6 +77,17 @@ template <> struct fw_bwd_io<__nv_bfloat16> {
     static __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 };
 
+/* rowsum(o ∘ dout) over D elements, one warp per row (lane = threadIdx.x % 32); every lane gets it. */
+template <typename T>
+__device__ __forceinline__ float fw_bwd_row_delta(const T *orow, const T *drow, int D, int lane)
+{
+    float sum = 0.0f;
+    for (int d = lane; d < D; d += 32) sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    return sum;
+}
+
 /* Tile geometry of one bucket. */
 template <int DB> struct fw_bwd_tile;
 template <> struct fw_bwd_tile<64> { enum { BM = 64, BN = 64 }; };

@@ -44,10 +44,7 @@ __global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_args a, 
         const long long h = bh % a.H, b = bh / a.H;
         const T *orow = o + b * a.o_s[0] + h * a.o_s[1] + i * a.o_s[2];
         const T *drow = dout + b * a.do_s[0] + h * a.do_s[1] + i * a.do_s[2];
-        float sum = 0.0f;
-        for (int d = lane; d < a.D; d += 32) sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        const float sum = fw_bwd_row_delta<T>(orow, drow, a.D, lane);
         if (lane == 0) {
             delta[row] = sum;
             if (lse2) {

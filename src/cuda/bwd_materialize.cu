@@ -38,6 +38,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "cuda_common.h"
+#include "bwd_kernel.cuh" /* fw_bwd_io, fw_bwd_row_delta */
 #include "bwd_materialize.h"
 
 #define MAT_ALIGN ((size_t)256)
@@ -210,20 +211,6 @@ extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *c
 }
 
 /* ---- kernels ---------------------------------------------------------------------------------- */
-template <typename T> struct mat_io;
-template <> struct mat_io<float> {
-    static __device__ __forceinline__ float ld(const float *p) { return *p; }
-    static __device__ __forceinline__ void st(float *p, float x) { *p = x; }
-};
-template <> struct mat_io<__half> {
-    static __device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
-    static __device__ __forceinline__ void st(__half *p, float x) { *p = __float2half_rn(x); }
-};
-template <> struct mat_io<__nv_bfloat16> {
-    static __device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-    static __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
-};
-
 /* A strided (N1, N2, N3, D) tensor and its contiguous twin. */
 struct mat_shape {
     long long st[3];
@@ -254,7 +241,7 @@ __global__ void __launch_bounds__(256) mat_unpack_kernel(const float *src, T *ds
         const long long d = t % s.d; t /= s.d;
         const long long i = t % s.n3; t /= s.n3;
         const long long h = t % s.n2; t /= s.n2;
-        mat_io<T>::st(dst + t * s.st[0] + h * s.st[1] + i * s.st[2] + d, src[idx]);
+        fw_bwd_io<T>::st(dst + t * s.st[0] + h * s.st[1] + i * s.st[2] + d, src[idx]);
     }
 }
 
@@ -277,10 +264,7 @@ __global__ void __launch_bounds__(256) mat_delta_kernel(mat_delta_args a)
         const long long h = bh % a.H, b = bh / a.H;
         const T *orow = o + b * a.o_s[0] + h * a.o_s[1] + i * a.o_s[2];
         const T *drow = dout + b * a.do_s[0] + h * a.do_s[1] + i * a.do_s[2];
-        float sum = 0.0f;
-        for (int d = lane; d < a.D; d += 32) sum = fmaf(mat_io<T>::ld(orow + d), mat_io<T>::ld(drow + d), sum);
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        const float sum = fw_bwd_row_delta<T>(orow, drow, a.D, lane);
         if (lane == 0) a.delta[row] = sum;
     }
 }
@@ -320,8 +304,8 @@ __global__ void __launch_bounds__(256) mat_grad_kernel(const float *S, const flo
                 pv = expf(fmaf(a.scale, s, -lse));
                 ds = pv * (dp - dl);
             }
-            mat_io<T>::st(P + base + j, pv);
-            mat_io<T>::st(dS + base + j, ds);
+            fw_bwd_io<T>::st(P + base + j, pv);
+            fw_bwd_io<T>::st(dS + base + j, ds);
         }
     }
 }
