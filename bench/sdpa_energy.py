@@ -100,7 +100,7 @@ class Sampler(threading.Thread):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", default="16", help="batch sizes, comma-separated")
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--seqlen", default="512,1024")
@@ -125,9 +125,10 @@ def main():
     rows = []
     dev = torch.cuda.get_device_name(0)
     print("sdpa_energy on %s, torch %s, idle %s W" % (dev, torch.__version__, "%.1f" % idle if idle else "n/a"))
+    shapes = [(int(b), int(l)) for b in a.batch.split(",") for l in a.seqlen.split(",")]
     for dt in a.dtype.split(","):
-        for L in [int(x) for x in a.seqlen.split(",")]:
-            B, H, D = a.batch, a.heads, a.head_dim
+        for B, L in shapes:
+            H, D = a.heads, a.head_dim
             g = torch.Generator(device="cuda").manual_seed(5)
             q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=DT[dt], generator=g) for _ in range(3))
             flops = 4.0 * B * H * L * L * D * (0.5 if a.causal else 1.0)
