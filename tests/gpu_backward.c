@@ -520,12 +520,14 @@ static double bench_mat(const fw_problem *p0, int reps, double *t)
 static void bench(int reps)
 {
     /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 1..3 per mode */
-    enum { NCOL = 8 };
+    enum { NCOL = 10 };
     static const char *col_cfg[NCOL] = {"bwd-deterministic", "bwd-atomic", "bwd-atomic", "bwd-atomic", "bwd-atomic",
-                                        "bwd-deterministic", "bwd-deterministic", "bwd-deterministic"};
-    static const char *col_var[NCOL] = {NULL, NULL, "1", "2", "3", "1", "2", "3"}; /* NULL: the mode's default */
-    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det", "atom",
-           "atom_v1", "atom_v2", "atom_v3", "det_v1", "det_v2", "det_v3", "TF/s_det", "TF/s_atom", "mat");
+                                        "bwd-atomic", "bwd-deterministic", "bwd-deterministic", "bwd-deterministic",
+                                        "bwd-deterministic"};
+    static const char *col_var[NCOL] = {NULL, NULL, "1", "2", "3", "4", "1", "2", "3", "4"}; /* NULL: the mode's default */
+    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det",
+           "atom", "atom_v1", "atom_v2", "atom_v3", "atom_v4", "det_v1", "det_v2", "det_v3", "det_v4", "TF/s_det",
+           "TF/s_atom", "mat");
     const int Ds[2] = {64, 128};
     /* FW_BWD_BENCH_ONLY=D:L runs one shape (for profilers) */
     int only_d = 0;
@@ -595,9 +597,10 @@ static void bench(int reps)
             const double mat_ms = st == FW_OK ? bench_mat(&p, reps, t) : -1.0;
             const double f = fw_run_flops(&r);
             if (st == FW_OK)
-                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f", Ds[di],
-                       (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1], bwd_ms[2],
-                       bwd_ms[3], bwd_ms[4], bwd_ms[5], bwd_ms[6], bwd_ms[7], 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
+                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f",
+                       Ds[di], (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1],
+                       bwd_ms[2], bwd_ms[3], bwd_ms[4], bwd_ms[5], bwd_ms[6], bwd_ms[7], bwd_ms[8], bwd_ms[9],
+                       3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
                        3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
             if (st == FW_OK && mat_ms >= 0) printf(" %9.3f\n", mat_ms);
             else if (st == FW_OK) printf(" %9s\n", "-");
@@ -666,7 +669,7 @@ int main(int argc, char **argv)
             for (int d = 0; d < 3; d++) run_case(&cs[i], dts[d], modes, 100 + 3 * i + (uint64_t)d);
         const char *sweep = getenv("FW_BWD_TC_SWEEP");
         if (sweep && !strcmp(sweep, "1") && !use_cpu)
-            for (int v = 1; v < 4; v++) { /* the defaults ran above */
+            for (int v = 1; v < 5; v++) { /* the defaults ran above */
                 char vs[8];
                 snprintf(vs, sizeof vs, "%d", v);
                 setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);

@@ -39,7 +39,8 @@
 /* One compiled configuration of the tensor-core backward (see fw_bwd_tc_variants_d<D>). */
 typedef struct fw_bwd_tc_variant {
     int d;            /* padded head dim: 64 or 128 */
-    int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile */
+    int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile;
+                       * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8) */
     int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per step */
 } fw_bwd_tc_variant;
 
@@ -542,6 +543,282 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
         }
 }
 
+/* The dK/dV kernel with 2-D warp tiling (FlashAttention-2's layout; the QS = 0 variants): 8 warps,
+ * BN = 128 keys per block, BM = 64 queries per step. Each shared-memory fragment feeds two MMAs:
+ *   phase 1  Sᵀ, dPᵀ: warps 4 (keys, 32 each) × 2 (queries, 32 each); Pᵀ and dSᵀ go to shared memory
+ *   phase 2  dV += Pᵀ dO, dK += dSᵀ Q: warps 4 (keys, 32 each) × 2 (head dims, D/2 each); A operands
+ *            from the shared Pᵀ, dSᵀ (ldmatrix), B from dO, Q (ldmatrix.trans)
+ *   phase 3  atomic mode: dQ += scale·dS K: warps 2 (queries, 32 each) × 4 (head dims, D/4 each)
+ * Two barriers per step (after the Pᵀ/dSᵀ stores; at the top, before the stage and Pᵀ/dSᵀ are reused). */
+template <int D, bool ATOMIC> struct dkdv2_geom {
+    static constexpr int BN = 128, BM = 64, W = 8, SD = D + 8, SP = BM + 8;
+    static constexpr size_t KV_BYTES = (size_t)2 * BN * SD * 2;
+    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * 2;
+    static constexpr size_t STAT_BYTES = (size_t)2 * BM * 4;
+    static constexpr size_t PS_BYTES = (size_t)2 * BN * SP * 2; /* Pᵀ, dSᵀ */
+    static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + PS_BYTES;
+};
+
+template <typename T, int D, bool ATOMIC>
+__global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
+{
+    using G = dkdv2_geom<D, ATOMIC>;
+    constexpr int NT = 256, BN = G::BN, BM = G::BM, SD = G::SD, SP = G::SP;
+    constexpr int KD = D / 16;      /* k16 steps over the head dim */
+    constexpr int DH = D / 2;       /* phase 2: head dims per warp */
+    constexpr int DC = D / 4;       /* phase 3: head dims per warp */
+    static_assert(DH % 16 == 0 && DC % 16 == 0, "head dim tiling");
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t sK = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sV = sK + BN * SD * 2;
+    const uint32_t sStage = sK + (uint32_t)G::KV_BYTES;
+    const uint32_t sStat = sStage + (uint32_t)(2 * G::STAGE_BYTES);
+    const uint32_t sP = sStat + (uint32_t)(2 * G::STAT_BYTES), sdS = sP + BN * SP * 2;
+    const float *stat_f = reinterpret_cast<const float *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES);
+    T *P_t = reinterpret_cast<T *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES + 2 * G::STAT_BYTES);
+    T *dS_t = P_t + BN * SP;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int n0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z;
+    const int n1 = min(n0 + BN, p.Lk);
+
+    int qlo = 0, qhi = p.Lq;
+    if (p.has_window) {
+        qlo = max(0, n0 - p.off - p.wr);
+        qhi = min(p.Lq, n1 - 1 - p.off + p.wl + 1);
+    }
+    const int m_begin = (qlo / BM) * BM;
+    const int m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
+    const int total = m_tiles * p.group;
+
+    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+    {
+        tile_cursor<T, D, NT> c;
+        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sK, tid);
+        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sV, tid);
+    }
+    auto load_stage = [&](int it, int slot) {
+        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
+        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
+        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+        const uint32_t st0 = sStage + (uint32_t)(slot * G::STAGE_BYTES);
+        tile_cursor<T, D, NT> c;
+        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(st0, tid);
+        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(st0 + BM * SD * 2, tid);
+        const long long row0 = ((long long)b * p.H + h) * p.Lq;
+        const uint32_t st = sStat + (uint32_t)(slot * G::STAT_BYTES);
+        load_stats<BM>(st, p.lse2 + row0, m0, p.Lq, tid);
+        load_stats<BM>(st + BM * 4, p.delta + row0, m0, p.Lq, (tid + BM) % NT);
+    };
+    if (total > 0) load_stage(0, 0);
+    cp_async_commit();
+
+    /* phase 1 / 2 roles: keys 32·wk; phase 1 queries 32·wq; phase 2 head dims DH·wd */
+    const int wk = warp % 4, wq = warp / 4, wd = warp / 4;
+    float acc_dk[2][DH / 8][4], acc_dv[2][DH / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < DH / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc_dk[mt][j][e] = acc_dv[mt][j][e] = 0.f;
+
+    /* A (row-major, rows = M): matrices (r0-7,c0-7), (r8-15,c0-7), (r0-7,c8-15), (r8-15,c8-15) */
+    const uint32_t a_lane_kv = (uint32_t)(((wk * 32 + (lane & 15)) * SD + (lane >> 4) * 8) * 2);
+    const uint32_t a_lane_ps = (uint32_t)(((wk * 32 + (lane & 15)) * SP + (lane >> 4) * 8) * 2);
+    /* B non-trans (rows = n) and B trans (rows = k) */
+    const uint32_t bn_lane = (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * SD + ((lane >> 3) & 1) * 8) * 2);
+    const uint32_t bt_lane = (uint32_t)(((lane & 15) * SD + (lane >> 4) * 8) * 2);
+
+#pragma unroll 1
+    for (int it = 0; it < total; it++) {
+        cp_async_wait<0>();
+        __syncthreads();
+        if (it + 1 < total) load_stage(it + 1, (it + 1) & 1);
+        cp_async_commit();
+
+        const int slot = it & 1;
+        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
+        const uint32_t sQ = sStage + (uint32_t)(slot * G::STAGE_BYTES), sdO = sQ + BM * SD * 2;
+        const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
+
+        /* phase 1: Sᵀ, dPᵀ for keys 32·wk.. × queries 32·wq.. */
+        {
+            float s[2][4][4], dp[2][4][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[mt][j][e] = dp[mt][j][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t ak[2][4], av[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    ldsm_x4(sK + a_lane_kv + (uint32_t)((mt * 16 * SD + kk * 16) * 2), ak[mt][0], ak[mt][1], ak[mt][2], ak[mt][3]);
+                    ldsm_x4(sV + a_lane_kv + (uint32_t)((mt * 16 * SD + kk * 16) * 2), av[mt][0], av[mt][1], av[mt][2], av[mt][3]);
+                }
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4(sQ + bn_lane + (uint32_t)(((wq * 32 + np * 16) * SD + kk * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma16816<T>(s[mt][2 * np], ak[mt], b0, b1);
+                        mma16816<T>(s[mt][2 * np + 1], ak[mt], b2, b3);
+                    }
+                    ldsm_x4(sdO + bn_lane + (uint32_t)(((wq * 32 + np * 16) * SD + kk * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma16816<T>(dp[mt][2 * np], av[mt], b0, b1);
+                        mma16816<T>(dp[mt][2 * np + 1], av[mt], b2, b3);
+                    }
+                }
+            }
+            bool need_mask = n0 + BN > p.Lk;
+            if (p.has_window) {
+                const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
+                need_mask = need_mask || !full;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int ql = wq * 32 + j * 8 + t4 * 2; /* this thread's query columns ql, ql + 1 */
+                const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + ql);
+                const float2 dl = *reinterpret_cast<const float2 *>(delta_s + ql);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int kl = wk * 32 + mt * 16 + g + r * 8; /* key row in the block */
+                        float pv[2], ds[2];
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float x = fast_exp2(fmaf(s[mt][j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                            if (need_mask && !visible(p, m0 + ql + e, n0 + kl)) x = 0.f;
+                            pv[e] = x;
+                            ds[e] = x * (dp[mt][j][r * 2 + e] - (e ? dl.y : dl.x));
+                        }
+                        *reinterpret_cast<uint32_t *>(P_t + kl * SP + ql) = pack2<T>::make(pv[0], pv[1]);
+                        *reinterpret_cast<uint32_t *>(dS_t + kl * SP + ql) = pack2<T>::make(ds[0], ds[1]);
+                    }
+            }
+        }
+        __syncthreads();
+
+        /* phase 2: dV += Pᵀ dO, dK += dSᵀ Q for keys 32·wk.. × head dims DH·wd.. */
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t ap[2][4], ad[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                ldsm_x4(sP + a_lane_ps + (uint32_t)((mt * 16 * SP + kk * 16) * 2), ap[mt][0], ap[mt][1], ap[mt][2], ap[mt][3]);
+                ldsm_x4(sdS + a_lane_ps + (uint32_t)((mt * 16 * SP + kk * 16) * 2), ad[mt][0], ad[mt][1], ad[mt][2], ad[mt][3]);
+            }
+#pragma unroll
+            for (int dq = 0; dq < DH / 16; dq++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(sdO + bt_lane + (uint32_t)((kk * 16 * SD + wd * DH + dq * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma16816<T>(acc_dv[mt][2 * dq], ap[mt], b0, b1);
+                    mma16816<T>(acc_dv[mt][2 * dq + 1], ap[mt], b2, b3);
+                }
+                ldsm_x4_t(sQ + bt_lane + (uint32_t)((kk * 16 * SD + wd * DH + dq * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma16816<T>(acc_dk[mt][2 * dq], ad[mt], b0, b1);
+                    mma16816<T>(acc_dk[mt][2 * dq + 1], ad[mt], b2, b3);
+                }
+            }
+        }
+
+        if (ATOMIC) {
+            /* phase 3: dQ += scale·dS K for queries 32·wq3.. × head dims DC·wd3.. */
+            const int wq3 = warp % 2, wd3 = warp / 2;
+            float acc_dq[2][DC / 8][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int j = 0; j < DC / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc_dq[mt][j][e] = 0.f;
+            /* A = dS (rows = queries) from dSᵀ (rows = keys) with ldmatrix.trans */
+            const uint32_t ds_lane =
+                sdS + (uint32_t)((((lane & 7) + ((lane >> 4) & 1) * 8) * SP + wq3 * 32 + ((lane >> 3) & 1) * 8) * 2);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+                    ldsm_x4_t(ds_lane + (uint32_t)((kk * 16 * SP + mt * 16) * 2), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+#pragma unroll
+                for (int dq = 0; dq < DC / 16; dq++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + wd3 * DC + dq * 16) * 2), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma16816<T>(acc_dq[mt][2 * dq], a[mt], b0, b1);
+                        mma16816<T>(acc_dq[mt][2 * dq + 1], a[mt], b2, b3);
+                    }
+                }
+            }
+            float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = m0 + wq3 * 32 + mt * 16 + g + r * 8;
+                    if (row < p.Lq) {
+                        float *dst = accg + (long long)row * p.d;
+#pragma unroll
+                        for (int j = 0; j < DC / 8; j++) {
+                            const int col = wd3 * DC + j * 8 + t4 * 2;
+                            if (col < p.d) {
+#if __CUDA_ARCH__ >= 900
+                                atomicAdd(reinterpret_cast<float2 *>(dst + col),
+                                          make_float2(acc_dq[mt][j][r * 2] * p.scale, acc_dq[mt][j][r * 2 + 1] * p.scale));
+#else
+                                atomicAdd(dst + col, acc_dq[mt][j][r * 2] * p.scale);
+                                atomicAdd(dst + col + 1, acc_dq[mt][j][r * 2 + 1] * p.scale);
+#endif
+                            }
+                        }
+                    }
+                }
+        }
+    }
+    cp_async_wait<0>();
+
+    T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
+    T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int key = n0 + wk * 32 + mt * 16 + g + r * 8;
+            if (key < p.Lk) {
+#pragma unroll
+                for (int j = 0; j < DH / 8; j++) {
+                    const int col = wd * DH + j * 8 + t4 * 2;
+                    if (col < p.d) {
+                        *reinterpret_cast<uint32_t *>(dkg + (long long)key * p.dk_s[2] + col) =
+                            pack2<T>::make(acc_dk[mt][j][r * 2] * p.scale, acc_dk[mt][j][r * 2 + 1] * p.scale);
+                        *reinterpret_cast<uint32_t *>(dvg + (long long)key * p.dv_s[2] + col) =
+                            pack2<T>::make(acc_dv[mt][j][r * 2], acc_dv[mt][j][r * 2 + 1]);
+                    }
+                }
+            }
+        }
+}
+
 /* Raise a kernel's dynamic shared-memory limit (every call: cheap, and safe across devices). */
 template <typename K> static cudaError_t set_smem(K kernel, size_t bytes)
 {
@@ -553,15 +830,27 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 {
     const dim3 grid_kv((unsigned)((p.Lk + 16 * W - 1) / (16 * W)), (unsigned)(p.H / p.group), (unsigned)p.B);
     cudaError_t e;
-    if (atomic_dq) {
+    if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
+        static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
+        if (atomic_dq) {
+            const size_t smem = dkdv2_geom<D, true>::SMEM;
+            if ((e = set_smem(dkdv2_kernel<T, D, true>, smem)) != cudaSuccess) return e;
+            dkdv2_kernel<T, D, true><<<grid_kv, 256, smem, s>>>(p);
+            return cudaGetLastError();
+        }
+        const size_t smem = dkdv2_geom<D, false>::SMEM;
+        if ((e = set_smem(dkdv2_kernel<T, D, false>, smem)) != cudaSuccess) return e;
+        dkdv2_kernel<T, D, false><<<grid_kv, 256, smem, s>>>(p);
+    } else if (atomic_dq) {
         const size_t smem = dkdv_geom<D, BM, W, true>::SMEM;
-        if ((e = set_smem(dkdv_kernel<T, D, BM, W, true, QS>, smem)) != cudaSuccess) return e;
-        dkdv_kernel<T, D, BM, W, true, QS><<<grid_kv, W * 32, smem, s>>>(p);
+        if ((e = set_smem(dkdv_kernel<T, D, BM, W, true, (QS > 0 ? QS : BM)>, smem)) != cudaSuccess) return e;
+        dkdv_kernel<T, D, BM, W, true, (QS > 0 ? QS : BM)><<<grid_kv, W * 32, smem, s>>>(p);
         return cudaGetLastError();
+    } else {
+        const size_t smem = dkdv_geom<D, BM, W, false>::SMEM;
+        if ((e = set_smem(dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)>, smem)) != cudaSuccess) return e;
+        dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)><<<grid_kv, W * 32, smem, s>>>(p);
     }
-    const size_t smem = dkdv_geom<D, BM, W, false>::SMEM;
-    if ((e = set_smem(dkdv_kernel<T, D, BM, W, false, QS>, smem)) != cudaSuccess) return e;
-    dkdv_kernel<T, D, BM, W, false, QS><<<grid_kv, W * 32, smem, s>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     using GQ = dq_geom<D, WQ, MTQ, BNQ>;
     if ((e = set_smem(dq_kernel<T, D, WQ, MTQ, BNQ>, GQ::SMEM)) != cudaSuccess) return e;
@@ -570,10 +859,11 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
     return cudaGetLastError();
 }
 
-template <int D, int BM, int W, int WQ, int MTQ, int BNQ> static size_t smem_of(int atomic_dq)
+template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t smem_of(int atomic_dq)
 {
-    if (atomic_dq) return dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = dkdv_geom<D, BM, W, false>::SMEM, b = dq_geom<D, WQ, MTQ, BNQ>::SMEM;
+    if (atomic_dq) return QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
+    const size_t a = QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
+    const size_t b = dq_geom<D, WQ, MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }
 
@@ -607,7 +897,7 @@ static inline params make_params(const fw_bwd_args *a)
         return dtype == FW_BWD_F16 ? fwbt::launch<__half, D, BM, W, QS, WQ, MTQ, BNQ>(p, atomic_dq, s)     \
                                    : fwbt::launch<__nv_bfloat16, D, BM, W, QS, WQ, MTQ, BNQ>(p, atomic_dq, s);
 #define FW_BWD_TC_SMEM(D, I, BM, W, QS, WQ, MTQ, BNQ)                                                      \
-    case I: return fwbt::smem_of<D, BM, W, WQ, MTQ, BNQ>(atomic_dq);
+    case I: return fwbt::smem_of<D, BM, W, QS, WQ, MTQ, BNQ>(atomic_dq);
 #define FW_BWD_TC_DEFINE(D, LIST)                                                                          \
     const fw_bwd_tc_variant fw_bwd_tc_variants_d##D[] = {LIST(FW_BWD_TC_ROW, D)};                          \
     const int fw_bwd_tc_nvariants_d##D = (int)(sizeof fw_bwd_tc_variants_d##D / sizeof fw_bwd_tc_variants_d##D[0]); \

@@ -6,5 +6,5 @@
 #include "bwd_tc.cuh"
 
 #define FW_BWD_TC_LIST_128(X, D) X(D, 0, 64, 8, 64, 4, 2, 32) X(D, 1, 32, 4, 32, 4, 2, 32) X(D, 2, 64, 8, 32, 4, 1, 64) \
-    X(D, 3, 32, 8, 32, 4, 1, 64)
+    X(D, 3, 32, 8, 32, 4, 1, 64) X(D, 4, 64, 8, 0, 4, 2, 32)
 FW_BWD_TC_DEFINE(128, FW_BWD_TC_LIST_128)
