@@ -89,16 +89,88 @@ __device__ __forceinline__ void load_stats(uint32_t s, const float *g, int i0, i
     }
 }
 
+/* dst[0], dst[1] += x, y in the f32 dQ accumulator: one vector reduction on sm_90 (dst is 8-byte
+ * aligned: an even column of rows of even length). */
+__device__ __forceinline__ void red_add2(float *dst, float x, float y)
+{
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+
 __device__ __forceinline__ bool visible(const params &p, int i, int j)
 {
     return j < p.Lk && (!p.has_window || (j >= i + p.off - p.wl && j <= i + p.off + p.wr));
 }
 
+/* The 2-stage ring of (Q, dO, lse2, Δ) tiles of BM query rows that both dK/dV kernels stream:
+ * stage s holds Q at s·STAGE_BYTES and dO right after it; lse2 at s·STAT_BYTES and Δ right after it. */
+template <int D, int BM> struct qdo_stage {
+    static constexpr int SD = D + 8;
+    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * 2;
+    static constexpr size_t STAT_BYTES = (size_t)2 * BM * 4;
+};
+
+/* What the two dK/dV kernels share: the block's BN keys from n0 and the query tiles that can see them
+ * (m_tiles tiles from m_begin, times the group's query heads = total steps), K and V into shared
+ * memory, and the load of step it's stage. */
+template <typename T, int D, int NT, int BN, int BM> struct kv_block {
+    using S = qdo_stage<D, BM>;
+    static constexpr int SD = S::SD;
+    int n0, b, hk, m_begin, m_tiles, total;
+
+    __device__ __forceinline__ void init(const params &p, uint32_t sK, uint32_t sV, int tid)
+    {
+        n0 = blockIdx.x * BN;
+        hk = blockIdx.y;
+        b = blockIdx.z;
+        const int n1 = min(n0 + BN, p.Lk);
+        int qlo = 0, qhi = p.Lq; /* query rows that can see keys n0..n1-1 */
+        if (p.has_window) {
+            qlo = max(0, n0 - p.off - p.wr);
+            qhi = min(p.Lq, n1 - 1 - p.off + p.wl + 1);
+        }
+        m_begin = (qlo / BM) * BM;
+        m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
+        total = m_tiles * p.group;
+        const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+        const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+        tile_cursor<T, D, NT> c;
+        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sK, tid);
+        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sV, tid);
+    }
+    __device__ __forceinline__ int head(const params &p, int it) const { return hk * p.group + it / m_tiles; }
+    __device__ __forceinline__ int row0(int it) const { return m_begin + (it % m_tiles) * BM; }
+    /* Step it's Q, dO, lse2, Δ into stage `slot` of the ring at sStage / sStat. */
+    __device__ __forceinline__ void load_stage(const params &p, int it, int slot, uint32_t sStage, uint32_t sStat,
+                                               int tid) const
+    {
+        const int h = head(p, it), m0 = row0(it);
+        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
+        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+        const uint32_t st0 = sStage + (uint32_t)(slot * S::STAGE_BYTES);
+        tile_cursor<T, D, NT> c;
+        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(st0, tid);
+        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM, SD>(st0 + BM * SD * 2, tid);
+        const long long r0 = ((long long)b * p.H + h) * p.Lq;
+        const uint32_t st = sStat + (uint32_t)(slot * S::STAT_BYTES);
+        load_stats<BM>(st, p.lse2 + r0, m0, p.Lq, tid);
+        load_stats<BM>(st + BM * 4, p.delta + r0, m0, p.Lq, (tid + BM) % NT);
+    }
+};
+
 template <int D, int BM, int W, bool ATOMIC> struct dkdv_geom {
     static constexpr int BN = 16 * W, SD = D + 8, SDS = BM + 8;
     static constexpr size_t KV_BYTES = (size_t)2 * BN * SD * 2;     /* K, V */
-    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * 2;  /* Q, dO of one stage */
-    static constexpr size_t STAT_BYTES = (size_t)2 * BM * 4;        /* lse2, Δ of one stage */
+    static constexpr size_t STAGE_BYTES = qdo_stage<D, BM>::STAGE_BYTES; /* Q, dO of one stage */
+    static constexpr size_t STAT_BYTES = qdo_stage<D, BM>::STAT_BYTES;   /* lse2, Δ of one stage */
     static constexpr size_t DS_BYTES = ATOMIC ? (size_t)BN * SDS * 2 : 0;
     static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + DS_BYTES;
 };
@@ -125,44 +197,10 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int n0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z;
-    const int n1 = min(n0 + BN, p.Lk);
-
-    /* Query rows that can see keys n0..n1-1. */
-    int qlo = 0, qhi = p.Lq;
-    if (p.has_window) {
-        qlo = max(0, n0 - p.off - p.wr);
-        qhi = min(p.Lq, n1 - 1 - p.off + p.wl + 1);
-    }
-    const int m_begin = (qlo / BM) * BM;
-    const int m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
-    const int total = m_tiles * p.group;
-
-    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
-    {
-        tile_cursor<T, D, NT> c;
-        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
-        c.template load<BN, SD>(sK, tid);
-        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
-        c.template load<BN, SD>(sV, tid);
-    }
-    auto load_stage = [&](int it, int slot) {
-        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
-        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
-        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
-        const uint32_t s = sStage + (uint32_t)(slot * G::STAGE_BYTES);
-        tile_cursor<T, D, NT> c;
-        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
-        c.template load<BM, SD>(s, tid);
-        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
-        c.template load<BM, SD>(s + BM * SD * 2, tid);
-        const long long row0 = ((long long)b * p.H + h) * p.Lq;
-        const uint32_t st = sStat + (uint32_t)(slot * G::STAT_BYTES);
-        load_stats<BM>(st, p.lse2 + row0, m0, p.Lq, tid);
-        load_stats<BM>(st + BM * 4, p.delta + row0, m0, p.Lq, (tid + BM) % NT);
-    };
-    if (total > 0) load_stage(0, 0);
+    kv_block<T, D, NT, BN, BM> kb;
+    kb.init(p, sK, sV, tid);
+    const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
+    if (total > 0) kb.load_stage(p, 0, 0, sStage, sStat, tid);
     cp_async_commit();
 
     float acc_dk[ND][4], acc_dv[ND][4];
@@ -183,11 +221,11 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
     for (int it = 0; it < total; it++) {
         cp_async_wait<0>();
         __syncthreads();
-        if (it + 1 < total) load_stage(it + 1, (it + 1) & 1);
+        if (it + 1 < total) kb.load_stage(p, it + 1, (it + 1) & 1, sStage, sStat, tid);
         cp_async_commit();
 
         const int slot = it & 1;
-        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
+        const int h = kb.head(p, it), m0 = kb.row0(it);
         const uint32_t sQ = sStage + (uint32_t)(slot * G::STAGE_BYTES), sdO = sQ + BM * SD * 2;
         const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
 
@@ -245,14 +283,8 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
 #pragma unroll
             for (int kk = 0; kk < KQ; kk++) {
                 uint32_t ap[4], ad[4];
-                ap[0] = pack2<T>::make(s[2 * kk][0], s[2 * kk][1]);
-                ap[1] = pack2<T>::make(s[2 * kk][2], s[2 * kk][3]);
-                ap[2] = pack2<T>::make(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                ap[3] = pack2<T>::make(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-                ad[0] = pack2<T>::make(dp[2 * kk][0], dp[2 * kk][1]);
-                ad[1] = pack2<T>::make(dp[2 * kk][2], dp[2 * kk][3]);
-                ad[2] = pack2<T>::make(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-                ad[3] = pack2<T>::make(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+                acc_to_a<T>(s[2 * kk], s[2 * kk + 1], ap);
+                acc_to_a<T>(dp[2 * kk], dp[2 * kk + 1], ad);
                 if (ATOMIC) {
                     /* dSᵀ rows kw+g, kw+g+8; query columns qs·QS + 16kk + 2t4 (+8) */
                     const int c = qs * QS + kk * 16 + t4 * 2;
@@ -317,16 +349,7 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
 #pragma unroll
                         for (int j = 0; j < DH / 8; j++) {
                             const int col = c0 + j * 8 + t4 * 2;
-                            if (col < p.d) {
-#if __CUDA_ARCH__ >= 900
-                                /* one vector reduction for the pair (8-byte aligned: d and col are even) */
-                                atomicAdd(reinterpret_cast<float2 *>(dst + col),
-                                          make_float2(acc_dq[j][r * 2] * p.scale, acc_dq[j][r * 2 + 1] * p.scale));
-#else
-                                atomicAdd(dst + col, acc_dq[j][r * 2] * p.scale);
-                                atomicAdd(dst + col + 1, acc_dq[j][r * 2 + 1] * p.scale);
-#endif
-                            }
+                            if (col < p.d) red_add2(dst + col, acc_dq[j][r * 2] * p.scale, acc_dq[j][r * 2 + 1] * p.scale);
                         }
                     }
                 }
@@ -505,22 +528,8 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
         for (int kk = 0; kk < KN; kk++) {
             uint32_t a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                a[mt][0] = pack2<T>::make(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
-                a[mt][1] = pack2<T>::make(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
-                a[mt][2] = pack2<T>::make(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
-                a[mt][3] = pack2<T>::make(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dq = 0; dq < ND / 2; dq++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + dq * 16) * 2), b0, b1, b2, b3);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816<T>(acc[mt][2 * dq], a[mt], b0, b1);
-                    mma16816<T>(acc[mt][2 * dq + 1], a[mt], b2, b3);
-                }
-            }
+            for (int mt = 0; mt < MT; mt++) acc_to_a<T>(dp[mt][2 * kk], dp[mt][2 * kk + 1], a[mt]);
+            mma_ab<T, true, MT, ND / 2>(acc, a, sK + bt_lane, kk * 16 * SD, 16);
         }
     }
     cp_async_wait<0>();
@@ -553,8 +562,8 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
 template <int D, bool ATOMIC> struct dkdv2_geom {
     static constexpr int BN = 128, BM = 64, W = 8, SD = D + 8, SP = BM + 8;
     static constexpr size_t KV_BYTES = (size_t)2 * BN * SD * 2;
-    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * 2;
-    static constexpr size_t STAT_BYTES = (size_t)2 * BM * 4;
+    static constexpr size_t STAGE_BYTES = qdo_stage<D, BM>::STAGE_BYTES;
+    static constexpr size_t STAT_BYTES = qdo_stage<D, BM>::STAT_BYTES;
     static constexpr size_t PS_BYTES = (size_t)2 * BN * SP * 2; /* Pᵀ, dSᵀ */
     static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + PS_BYTES;
 };
@@ -581,43 +590,10 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int n0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z;
-    const int n1 = min(n0 + BN, p.Lk);
-
-    int qlo = 0, qhi = p.Lq;
-    if (p.has_window) {
-        qlo = max(0, n0 - p.off - p.wr);
-        qhi = min(p.Lq, n1 - 1 - p.off + p.wl + 1);
-    }
-    const int m_begin = (qlo / BM) * BM;
-    const int m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
-    const int total = m_tiles * p.group;
-
-    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
-    {
-        tile_cursor<T, D, NT> c;
-        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
-        c.template load<BN, SD>(sK, tid);
-        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
-        c.template load<BN, SD>(sV, tid);
-    }
-    auto load_stage = [&](int it, int slot) {
-        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
-        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
-        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
-        const uint32_t st0 = sStage + (uint32_t)(slot * G::STAGE_BYTES);
-        tile_cursor<T, D, NT> c;
-        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
-        c.template load<BM, SD>(st0, tid);
-        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
-        c.template load<BM, SD>(st0 + BM * SD * 2, tid);
-        const long long row0 = ((long long)b * p.H + h) * p.Lq;
-        const uint32_t st = sStat + (uint32_t)(slot * G::STAT_BYTES);
-        load_stats<BM>(st, p.lse2 + row0, m0, p.Lq, tid);
-        load_stats<BM>(st + BM * 4, p.delta + row0, m0, p.Lq, (tid + BM) % NT);
-    };
-    if (total > 0) load_stage(0, 0);
+    kv_block<T, D, NT, BN, BM> kb;
+    kb.init(p, sK, sV, tid);
+    const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
+    if (total > 0) kb.load_stage(p, 0, 0, sStage, sStat, tid);
     cp_async_commit();
 
     /* phase 1 / 2 roles: keys 32·wk; phase 1 queries 32·wq; phase 2 head dims DH·wd */
@@ -641,11 +617,11 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
     for (int it = 0; it < total; it++) {
         cp_async_wait<0>();
         __syncthreads();
-        if (it + 1 < total) load_stage(it + 1, (it + 1) & 1);
+        if (it + 1 < total) kb.load_stage(p, it + 1, (it + 1) & 1, sStage, sStat, tid);
         cp_async_commit();
 
         const int slot = it & 1;
-        const int h = hk * p.group + it / m_tiles, m0 = m_begin + (it % m_tiles) * BM;
+        const int h = kb.head(p, it), m0 = kb.row0(it);
         const uint32_t sQ = sStage + (uint32_t)(slot * G::STAGE_BYTES), sdO = sQ + BM * SD * 2;
         const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
 
@@ -759,16 +735,7 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++)
                     ldsm_x4_t(ds_lane + (uint32_t)((kk * 16 * SP + mt * 16) * 2), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
-#pragma unroll
-                for (int dq = 0; dq < DC / 16; dq++) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4_t(sK + bt_lane + (uint32_t)((kk * 16 * SD + wd3 * DC + dq * 16) * 2), b0, b1, b2, b3);
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        mma16816<T>(acc_dq[mt][2 * dq], a[mt], b0, b1);
-                        mma16816<T>(acc_dq[mt][2 * dq + 1], a[mt], b2, b3);
-                    }
-                }
+                mma_ab<T, true, 2, DC / 16>(acc_dq, a, sK + bt_lane, kk * 16 * SD + wd3 * DC, 16);
             }
             float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
 #pragma unroll
@@ -781,15 +748,8 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
 #pragma unroll
                         for (int j = 0; j < DC / 8; j++) {
                             const int col = wd3 * DC + j * 8 + t4 * 2;
-                            if (col < p.d) {
-#if __CUDA_ARCH__ >= 900
-                                atomicAdd(reinterpret_cast<float2 *>(dst + col),
-                                          make_float2(acc_dq[mt][j][r * 2] * p.scale, acc_dq[mt][j][r * 2 + 1] * p.scale));
-#else
-                                atomicAdd(dst + col, acc_dq[mt][j][r * 2] * p.scale);
-                                atomicAdd(dst + col + 1, acc_dq[mt][j][r * 2 + 1] * p.scale);
-#endif
-                            }
+                            if (col < p.d)
+                                red_add2(dst + col, acc_dq[mt][j][r * 2] * p.scale, acc_dq[mt][j][r * 2 + 1] * p.scale);
                         }
                     }
                 }

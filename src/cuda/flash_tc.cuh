@@ -141,6 +141,40 @@ __device__ __forceinline__ float fast_exp2(float x)
     return y;
 }
 
+/* The A fragment (m16 × k16) of one k16 step from the accumulators of its two n8 tiles: the C layout
+ * of an m16n8 product is the A layout of half a k16 step, so P (and dS) feed the next product
+ * straight from registers. */
+template <typename T>
+__device__ __forceinline__ void acc_to_a(const float (&lo)[4], const float (&hi)[4], uint32_t (&a)[4])
+{
+    a[0] = pack2<T>::make(lo[0], lo[1]);
+    a[1] = pack2<T>::make(lo[2], lo[3]);
+    a[2] = pack2<T>::make(hi[0], hi[1]);
+    a[3] = pack2<T>::make(hi[2], hi[3]);
+}
+
+/* acc[mt][2·np .. 2·np+1] += A[mt] · B_np for np < NP and every m16 tile mt: B_np is the k16 × n16 block
+ * that ldmatrix (TRANS: .trans, for B stored k-major) reads at lane address b + 2·(np·step + off), with
+ * step and off in elements of the shared tile. */
+template <typename T, bool TRANS, int MT, int NP, int N>
+__device__ __forceinline__ void mma_ab(float (&acc)[MT][N][4], const uint32_t (&a)[MT][4], uint32_t b, int off, int step)
+{
+    static_assert(2 * NP <= N, "accumulator tiles");
+#pragma unroll
+    for (int np = 0; np < NP; np++) {
+        uint32_t b0, b1, b2, b3;
+        if (TRANS)
+            ldsm_x4_t(b + (uint32_t)((np * step + off) * 2), b0, b1, b2, b3);
+        else
+            ldsm_x4(b + (uint32_t)((np * step + off) * 2), b0, b1, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma16816<T>(acc[mt][2 * np], a[mt], b0, b1);
+            mma16816<T>(acc[mt][2 * np + 1], a[mt], b2, b3);
+        }
+    }
+}
+
 /* Per-thread cursor over a (seq, D) matrix for tile loads: thread tid copies the 16-byte chunks
  * (row_in + i * RS, col) of each tile, RS = NT / (D / 8). Keeping one running pointer and one
  * row step (instead of an address per chunk) keeps the register count down. */
@@ -346,16 +380,7 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(const fw_flash_tc_par
                                 a[mt][2], a[mt][3]);
                     }
                 }
-#pragma unroll
-                for (int np = 0; np < NN / 2; np++) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4(sKs + k_lane + (uint32_t)((np * 16 * SD + kk * 16) * 2), b0, b1, b2, b3);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        mma16816<T>(s[mt][2 * np], a[mt], b0, b1);
-                        mma16816<T>(s[mt][2 * np + 1], a[mt], b2, b3);
-                    }
-                }
+                mma_ab<T, false, MT, NN / 2>(s, a, sKs + k_lane, kk * 16, 16 * SD);
             }
 
             /* Mask the sub-tile (only on tiles that cross the Lk boundary or a window edge). */
@@ -416,22 +441,8 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(const fw_flash_tc_par
             for (int kk = 0; kk < KN; kk++) {
                 uint32_t a[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    a[mt][0] = pack2<T>::make(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    a[mt][1] = pack2<T>::make(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    a[mt][2] = pack2<T>::make(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    a[mt][3] = pack2<T>::make(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
-#pragma unroll
-                for (int dp = 0; dp < ND / 2; dp++) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4_t(sVs + v_lane + (uint32_t)((kk * 16 * SD + dp * 16) * 2), b0, b1, b2, b3);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        mma16816<T>(acc_o[mt][2 * dp], a[mt], b0, b1);
-                        mma16816<T>(acc_o[mt][2 * dp + 1], a[mt], b2, b3);
-                    }
-                }
+                for (int mt = 0; mt < MT; mt++) acc_to_a<T>(s[mt][2 * kk], s[mt][2 * kk + 1], a[mt]);
+                mma_ab<T, true, MT, ND / 2>(acc_o, a, sVs + v_lane, kk * 16 * SD, 16);
             }
         }
     }
