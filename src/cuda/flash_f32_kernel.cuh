@@ -132,6 +132,17 @@ __device__ __forceinline__ ff32_band ff32_block_band(const ff32_args &a, int m0,
 }
 
 /* Writes the Q tile (rows valid < rows), pre-scaled by scale·log2 e and zero-padded, to Qs. */
+/* K and V of key tile t (keys t·BN..) into Kd, Vd as one cp.async group (both kernels' double buffer). */
+template <int BN, int DB, int KST, int VST, int NT>
+__device__ __forceinline__ void ff32_load_kv(float *Kd, float *Vd, const float *kp, const float *vp, const ff32_args &a,
+                                             int t, int tid)
+{
+    const int n0 = t * BN;
+    ff32_load_tile<BN, DB, KST, NT>(Kd, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
+    ff32_load_tile<BN, DB, VST, NT>(Vd, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+    ff32_commit();
+}
+
 template <int BM, int DB, int QST, int NT>
 __device__ __forceinline__ void ff32_load_q(float *Qs, const float *q, long long rs, int rows, int D, float sc,
                                             int vec16, int tid)
@@ -214,22 +225,13 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
         for (int c = 0; c < 4 * G; c++) o[r][c] = 0.0f;
     }
 
-    if (t_begin < t_end) {
-        const int n0 = t_begin * BN;
-        ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
-        ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
-        ff32_commit();
-    }
+    if (t_begin < t_end) ff32_load_kv<BN, DB, KST, VST, NT>(Ks, Vs, kp, vp, a, t_begin, tid);
     ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
 
     for (int t = t_begin; t < t_end; t++) {
         const int st = (t - t_begin) & 1;
         if (t + 1 < t_end) {
-            const int n1 = (t + 1) * BN;
-            float *kd = Ks + (st ^ 1) * BN * KST, *vd = Vs + (st ^ 1) * BN * VST;
-            ff32_load_tile<BN, DB, KST, NT>(kd, kp + (long long)n1 * a.ks[2], a.ks[2], a.Lk - n1, a.D, a.vec16, tid);
-            ff32_load_tile<BN, DB, VST, NT>(vd, vp + (long long)n1 * a.vs[2], a.vs[2], a.Lk - n1, a.D, a.vec16, tid);
-            ff32_commit();
+            ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
             ff32_wait<1>();
         } else {
             ff32_wait<0>();
@@ -418,22 +420,13 @@ __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
 #pragma unroll
     for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-    if (t_begin < t_end) {
-        const int n0 = t_begin * BN;
-        ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
-        ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
-        ff32_commit();
-    }
+    if (t_begin < t_end) ff32_load_kv<BN, DB, KST, VST, NT>(Ks, Vs, kp, vp, a, t_begin, tid);
     ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
 
     for (int t = t_begin; t < t_end; t++) {
         const int st = (t - t_begin) & 1;
         if (t + 1 < t_end) {
-            const int n1 = (t + 1) * BN;
-            float *kd = Ks + (st ^ 1) * BN * KST, *vd = Vs + (st ^ 1) * BN * VST;
-            ff32_load_tile<BN, DB, KST, NT>(kd, kp + (long long)n1 * a.ks[2], a.ks[2], a.Lk - n1, a.D, a.vec16, tid);
-            ff32_load_tile<BN, DB, VST, NT>(vd, vp + (long long)n1 * a.vs[2], a.vs[2], a.Lk - n1, a.D, a.vec16, tid);
-            ff32_commit();
+            ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
             ff32_wait<1>();
         } else {
             ff32_wait<0>();
