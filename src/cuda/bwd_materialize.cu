@@ -34,10 +34,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include "cuda_common.h"
+#include "cuda_blas.h"
 #include "bwd_kernel.cuh" /* fw_bwd_io, fw_bwd_row_delta */
 #include "bwd_materialize.h"
 
@@ -311,33 +310,6 @@ __global__ void __launch_bounds__(256) mat_grad_kernel(const float *S, const flo
 }
 
 /* ---- host side -------------------------------------------------------------------------------- */
-#define MAT_MAX_DEVICES 64
-static thread_local cublasHandle_t mat_handles[MAT_MAX_DEVICES];
-
-static cublasStatus_t mat_handle(int dev, cublasHandle_t *h)
-{
-    if (dev < 0 || dev >= MAT_MAX_DEVICES) return CUBLAS_STATUS_INVALID_VALUE;
-    if (!mat_handles[dev]) {
-        cublasStatus_t s = cublasCreate(&mat_handles[dev]);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            mat_handles[dev] = NULL;
-            return s;
-        }
-    }
-    *h = mat_handles[dev];
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-#define MAT_CUBLAS(call)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            fw_why(ex->err, ex->err_len, "%s failed: %s (%s:%d)", #call, cublasGetStatusString(s_), \
-                   __FILE__, __LINE__);                                                            \
-            return s_ == CUBLAS_STATUS_ALLOC_FAILED ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;        \
-        }                                                                                          \
-    } while (0)
-
 static unsigned mat_blocks(long long work, long long per_block)
 {
     long long n = (work + per_block - 1) / per_block;
@@ -451,21 +423,21 @@ static fw_status mat_run(const fw_problem *p, const fw_bwd_mat_plan *pl, const m
                     const long long slot = (ua - u0) * g * LL; /* the run's first slice in the chunk */
                     if (phase == 0) {
                         /* 1. Sᵀ (Lk × g·Lq, col-major) = op_T(K as D×Lk) · (Q as D × g·Lq) */
-                        MAT_CUBLAS(mat_gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, Lk, g * Lq, D, one, K, Q, ab, zero, S + slot,
+                        FW_CUBLAS_CHECK(mat_gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, Lk, g * Lq, D, one, K, Q, ab, zero, S + slot,
                                             Lk, g * LL, n, ct));
                         /* 2. dPᵀ = op_T(V) · dO */
-                        MAT_CUBLAS(mat_gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, Lk, g * Lq, D, one, V, dO, ab, zero, dP + slot,
+                        FW_CUBLAS_CHECK(mat_gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, Lk, g * Lq, D, one, V, dO, ab, zero, dP + slot,
                                             Lk, g * LL, n, ct));
                     } else {
                         const mat_op Pm = {P + slot, Lk, g * LL}, dSm = {dS + slot, Lk, g * LL};
                         /* 4. dVᵀ (D × Lk) = (dO as D × g·Lq) · op_T(Pᵀ as Lk × g·Lq) */
-                        MAT_CUBLAS(mat_gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, D, Lk, g * Lq, one, dO, Pm, ab, beta_kv,
+                        FW_CUBLAS_CHECK(mat_gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, D, Lk, g * Lq, one, dO, Pm, ab, beta_kv,
                                             dv + ua * Lk * D, D, Lk * D, n, ct));
                         /* 5. dQᵀ (D × g·Lq) = scale · (K as D × Lk) · (dSᵀ as Lk × g·Lq) */
-                        MAT_CUBLAS(mat_gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, D, g * Lq, Lk, scale, K, dSm, ab, zero,
+                        FW_CUBLAS_CHECK(mat_gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, D, g * Lq, Lk, scale, K, dSm, ab, zero,
                                             dq + (ua * G + r0) * Lq * D, D, G * Lq * D, n, ct));
                         /* 6. dKᵀ (D × Lk) = scale · (Q as D × g·Lq) · op_T(dSᵀ) */
-                        MAT_CUBLAS(mat_gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, D, Lk, g * Lq, scale, Q, dSm, ab, beta_kv,
+                        FW_CUBLAS_CHECK(mat_gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, D, Lk, g * Lq, scale, Q, dSm, ab, beta_kv,
                                             dk + ua * Lk * D, D, Lk * D, n, ct));
                     }
                     ua = ub;
@@ -500,14 +472,14 @@ extern "C" fw_status fw_cuda_backward_materialize(const fw_problem *p, const fw_
         return FW_ERR_DEVICE;
     }
     cublasHandle_t h = NULL;
-    if (mat_handle(p->device.index, &h) != CUBLAS_STATUS_SUCCESS) {
+    if (fw_cublas_handle(p->device.index, &h) != CUBLAS_STATUS_SUCCESS) {
         fw_why(ex->err, ex->err_len, "cublasCreate failed on cuda:%d", p->device.index);
         return FW_ERR_DEVICE;
     }
     const cudaStream_t s = (cudaStream_t)ex->stream;
-    MAT_CUBLAS(cublasSetStream(h, s));
-    MAT_CUBLAS(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)); /* f32 stays f32 with CUBLAS_COMPUTE_32F */
-    MAT_CUBLAS(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+    FW_CUBLAS_CHECK(cublasSetStream(h, s));
+    FW_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)); /* f32 stays f32 with CUBLAS_COMPUTE_32F */
+    FW_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
 
     mat_layout l;
     mat_layout_fixed(p, pl.copies, &l);

@@ -3,6 +3,12 @@
 #include <stdint.h>
 #include "cuda_common.h"
 
+extern "C" fw_status fw_cuda_failed(const fw_exec *ex, const char *call, cudaError_t e, const char *file, int line)
+{
+    fw_why(ex->err, ex->err_len, "%s failed: %s (%s:%d)", call, cudaGetErrorString(e), file, line);
+    return e == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;
+}
+
 extern "C" int fw_cuda_count_devices(void)
 {
     int n = 0;

@@ -18,15 +18,21 @@ int fw_cuda_count_devices(void);
 }
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* A failed CUDA call: its name, CUDA's message and the place into ex->err; returns the status it maps
+ * to (FW_ERR_OUT_OF_MEMORY for an allocation failure, else FW_ERR_DEVICE). */
+fw_status fw_cuda_failed(const fw_exec *ex, const char *call, cudaError_t e, const char *file, int line);
+#ifdef __cplusplus
+}
+#endif
+
 /* Inside a function returning fw_status with `ex` (const fw_exec *) in scope. */
 #define FW_CUDA_CHECK(call)                                                                        \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fw_why(ex->err, ex->err_len, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),   \
-                   __FILE__, __LINE__);                                                            \
-            return e_ == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;         \
-        }                                                                                          \
+        if (e_ != cudaSuccess) return fw_cuda_failed(ex, #call, e_, __FILE__, __LINE__);          \
     } while (0)
 
 /* After every launch: the launch error, not a synchronisation. */

@@ -12,38 +12,18 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include "cuda_common.h"
+#include "cuda_blas.h"
 
 #define NAIVE_MAX_WORKSPACE (((size_t)1) << 38) /* 256 GiB: refuse, rather than try, beyond this */
 
-/* ---- one cuBLAS handle per device per host thread ------------------------------------------- */
-#define NAIVE_MAX_DEVICES 64
-static thread_local cublasHandle_t naive_handles[NAIVE_MAX_DEVICES];
-
-static cublasStatus_t naive_handle(int dev, cublasHandle_t *h)
-{
-    if (dev < 0 || dev >= NAIVE_MAX_DEVICES) return CUBLAS_STATUS_INVALID_VALUE;
-    if (!naive_handles[dev]) {
-        cublasStatus_t s = cublasCreate(&naive_handles[dev]);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            naive_handles[dev] = NULL;
-            return s;
-        }
-    }
-    *h = naive_handles[dev];
-    return CUBLAS_STATUS_SUCCESS;
-}
-
+/* Checks that free the workspace on the way out (goto done). */
 #define NAIVE_CUBLAS(call)                                                                         \
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            fw_why(ex->err, ex->err_len, "%s failed: %s (%s:%d)", #call, cublasGetStatusString(s_), \
-                   __FILE__, __LINE__);                                                            \
-            st = s_ == CUBLAS_STATUS_ALLOC_FAILED ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;          \
+            st = fw_cublas_failed(ex, #call, s_, __FILE__, __LINE__);                              \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
@@ -52,9 +32,7 @@ static cublasStatus_t naive_handle(int dev, cublasHandle_t *h)
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
-            fw_why(ex->err, ex->err_len, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_),   \
-                   __FILE__, __LINE__);                                                            \
-            st = e_ == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;           \
+            st = fw_cuda_failed(ex, #call, e_, __FILE__, __LINE__);                                \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
@@ -217,7 +195,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     int flat;
     naive_mask mk;
 
-    if (naive_handle(p->device.index, &handle) != CUBLAS_STATUS_SUCCESS) {
+    if (fw_cublas_handle(p->device.index, &handle) != CUBLAS_STATUS_SUCCESS) {
         fw_why(ex->err, ex->err_len, "cublasCreate failed on cuda:%d", p->device.index);
         return FW_ERR_DEVICE;
     }
