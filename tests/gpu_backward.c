@@ -481,25 +481,23 @@ static int cmp_dbl(const void *a, const void *b)
 /* The "mat" column: fw_cuda_backward with "bwd-materialize" and an 8 GiB memory budget, so that every
  * (batch, head) slice is materialised at once (one chunk); -1 ("-") where that workspace would exceed
  * 8 GiB, -2 when it failed. t: reps doubles of scratch. */
-static double bench_mat(const fw_problem *p0, int reps, double *t)
+/* Median of reps CUDA-event timings of fw_cuda_backward with config cfg_name, after a warm-up call;
+ * t holds reps doubles of scratch. On failure the status, with the message in err. */
+static fw_status time_backward(const fw_problem *p, const char *cfg_name, int reps, double *t, double *median_ms,
+                               char *err, size_t err_len)
 {
-    fw_problem p = *p0;
-    fw_bwd_mat_plan pl;
-    p.memory_budget = (size_t)8 << 30;
-    if (!fw_bwd_materialize_plan(&p, &pl) || pl.units_per_chunk * pl.heads_per_pass < p.batch * p.heads) return -1.0;
     fw_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    snprintf(cfg.name, sizeof cfg.name, "bwd-materialize");
-    char err[512] = "";
+    snprintf(cfg.name, sizeof cfg.name, "%s", cfg_name);
     fw_exec ex;
-    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
+    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = err_len;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    fw_status st = fw_cuda_backward(&p, &cfg, &ex); /* warm-up */
+    fw_status st = fw_cuda_backward(p, &cfg, &ex); /* warm-up */
     for (int i = 0; i < reps && st == FW_OK; i++) {
         CK(cudaEventRecord(e0, 0));
-        st = fw_cuda_backward(&p, &cfg, &ex);
+        st = fw_cuda_backward(p, &cfg, &ex);
         CK(cudaEventRecord(e1, 0));
         CK(cudaEventSynchronize(e1));
         float ms = 0;
@@ -508,13 +506,27 @@ static double bench_mat(const fw_problem *p0, int reps, double *t)
     }
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
-    if (st != FW_OK) {
+    if (st == FW_OK) {
+        qsort(t, (size_t)reps, sizeof(double), cmp_dbl);
+        *median_ms = t[reps / 2];
+    }
+    return st;
+}
+
+static double bench_mat(const fw_problem *p0, int reps, double *t)
+{
+    fw_problem p = *p0;
+    fw_bwd_mat_plan pl;
+    p.memory_budget = (size_t)8 << 30;
+    if (!fw_bwd_materialize_plan(&p, &pl) || pl.units_per_chunk * pl.heads_per_pass < p.batch * p.heads) return -1.0;
+    char err[512] = "";
+    double ms = 0;
+    if (time_backward(&p, "bwd-materialize", reps, t, &ms, err, sizeof err) != FW_OK) {
         printf("materialised backward failed: %s\n", err);
         failed++;
         return -2.0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_dbl);
-    return t[reps / 2];
+    return ms;
 }
 
 static void bench(int reps)
@@ -568,30 +580,11 @@ static void bench(int reps)
             if (st == FW_OK)
                 st = fw_validate_backward(&r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params, &p, err, sizeof err);
             double *t = (double *)malloc((size_t)reps * sizeof(double));
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
             for (int mode = 0; mode < NCOL && st == FW_OK; mode++) {
-                fw_config cfg;
-                memset(&cfg, 0, sizeof cfg);
-                snprintf(cfg.name, sizeof cfg.name, "%s", col_cfg[mode]);
                 if (col_var[mode]) setenv("FW_CUDA_BWD_TC_VARIANT", col_var[mode], 1);
                 else unsetenv("FW_CUDA_BWD_TC_VARIANT");
-                fw_exec ex;
-                ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
-                st = fw_cuda_backward(&p, &cfg, &ex); /* warm-up */
-                for (int i = 0; i < reps && st == FW_OK; i++) {
-                    CK(cudaEventRecord(e0, 0));
-                    st = fw_cuda_backward(&p, &cfg, &ex);
-                    CK(cudaEventRecord(e1, 0));
-                    CK(cudaEventSynchronize(e1));
-                    float ms = 0;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    t[i] = ms;
-                }
+                st = time_backward(&p, col_cfg[mode], reps, t, &bwd_ms[mode], err, sizeof err);
                 if (st != FW_OK) { printf("backward failed: %s\n", err); failed++; break; }
-                qsort(t, (size_t)reps, sizeof(double), cmp_dbl);
-                bwd_ms[mode] = t[reps / 2];
             }
             unsetenv("FW_CUDA_BWD_TC_VARIANT");
             const double mat_ms = st == FW_OK ? bench_mat(&p, reps, t) : -1.0;
@@ -605,8 +598,6 @@ static void bench(int reps)
             if (st == FW_OK && mat_ms >= 0) printf(" %9.3f\n", mat_ms);
             else if (st == FW_OK) printf(" %9s\n", "-");
             fflush(stdout);
-            CK(cudaEventDestroy(e0));
-            CK(cudaEventDestroy(e1));
             free(t);
             dfree(d_do); dfree(d_dq); dfree(d_dk); dfree(d_dv);
             fw_context_destroy(ctx);
