@@ -181,6 +181,18 @@ static int clampi(double x, int lo, int hi)
 /* ---- --backward: one row of forward + backward ----------------------------------------- */
 /* Fills row (time, TFLOP/s at 3.5x the forward FLOPs, GB/s); returns 1 on an error (row marked),
  * 0 otherwise (a backend without a backward is a skipped row). */
+/* Adaptive repetitions from the probe time t (s) of one call: ~1 s of timed calls on the cpu, ~0.5 s on
+ * a GPU (di: device row), at least 3 (fewer only when 3 would exceed ~10 s), at most 200 / 1000; the
+ * user's --warmup / --reps where given. */
+static void plan_reps(const fw_cli *cli, double t, int di, fw_row *row)
+{
+    const double budget = di ? 0.5 : 1.0;
+    row->warmup = cli->warmup >= 0 ? cli->warmup : (t > 1.0 ? 0 : clampi(0.2 / t, 1, di ? 100 : 20));
+    if (cli->reps > 0) row->reps = cli->reps;
+    else if (3 * t > 10.0) row->reps = clampi(10.0 / t, 1, 3);
+    else row->reps = clampi(budget / t, 3, di ? 1000 : 200);
+}
+
 static int bench_backward_row(const fw_cli *cli, fw_run *r, fw_bwd *bw, fw_context *ctx, fw_row *row, int done,
                               int total, const char *text)
 {
@@ -206,12 +218,8 @@ static int bench_backward_row(const fw_cli *cli, fw_run *r, fw_bwd *bw, fw_conte
                                                                                 : fw_status_string(st));
         return 1;
     }
-    const double budget = di ? 0.5 : 1.0;
     const double t = fmax(probe_ms * 1e-3, 1e-6);
-    row->warmup = cli->warmup >= 0 ? cli->warmup : (t > 1.0 ? 0 : clampi(0.2 / t, 1, di ? 100 : 20));
-    if (cli->reps > 0) row->reps = cli->reps;
-    else if (3 * t > 10.0) row->reps = clampi(10.0 / t, 1, 3);
-    else row->reps = clampi(budget / t, 3, di ? 1000 : 200);
+    plan_reps(cli, t, di, row);
     const double expect = t * (row->warmup + row->reps);
     if (expect > PROGRESS_S)
         fprintf(stderr, "flashwatt bench: [%d/%d] timing %s %s fwd+bwd: %d+%d calls, ~%.0f s\n", done + 1, total,
@@ -599,14 +607,8 @@ int fw_cmd_bench(int argc, char **argv)
                     snprintf(row->note, sizeof row->note, "reference skipped for size (~%.0f s > --max-ref-s %g)",
                              ref_est[di], cli.max_ref_s);
             }
-            /* adaptive repetitions: ~1 s of timed calls on the cpu, ~0.5 s on a GPU, at least 3
-             * (fewer only when 3 would exceed ~10 s), at most 200 / 1000 */
-            const double budget = di ? 0.5 : 1.0;
             const double t = fmax(probe, 1e-6);
-            row->warmup = cli.warmup >= 0 ? cli.warmup : (t > 1.0 ? 0 : clampi(0.2 / t, 1, di ? 100 : 20));
-            if (cli.reps > 0) row->reps = cli.reps;
-            else if (3 * t > 10.0) row->reps = clampi(10.0 / t, 1, 3);
-            else row->reps = clampi(budget / t, 3, di ? 1000 : 200);
+            plan_reps(&cli, t, di, row);
             const double expect = t * (row->warmup + row->reps);
             if (expect > PROGRESS_S)
                 fprintf(stderr, "flashwatt bench: [%d/%d] timing %s %s: %d+%d calls, ~%.0f s\n", done + 1, total,
