@@ -35,6 +35,25 @@ static int row_masked(const fw_case *c, int64_t i)
     return 1;
 }
 
+/* The output contract of every row: fully masked rows give O = 0 and LSE = -inf (bad_zero, bad_lse);
+ * visible rows give finite O and LSE (bad_finite, bad_lse). */
+static void count_row_contract(fw_run *r, const fw_case *c, long *bad_zero, long *bad_lse, long *bad_finite)
+{
+    *bad_zero = *bad_lse = *bad_finite = 0;
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int64_t h = 0; h < c->heads; h++)
+            for (int64_t i = 0; i < c->seqlen_q; i++) {
+                const int m = row_masked(c, i);
+                const float lse = r->host_lse[(b * c->heads + h) * c->seqlen_q + i];
+                if (m ? !(isinf(lse) && lse < 0) : !isfinite(lse)) (*bad_lse)++;
+                for (int64_t d = 0; d < c->head_dim; d++) {
+                    const float x = fw_run_output(r, b, h, i, d);
+                    if (m && x != 0.0f) (*bad_zero)++;
+                    if (!m && !isfinite(x)) (*bad_finite)++;
+                }
+            }
+}
+
 static void label_of(const fw_case *c, char *buf, size_t len)
 {
     snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld",
@@ -111,19 +130,8 @@ static void masked_rows(fw_case c)
         for (int threads = 1; threads <= 2; threads++) {
             fw_errors e;
             if (run_one(&r, "masked", label, backends[bi], threads, &e)) break;
-            long bad_zero = 0, bad_lse = 0, bad_finite = 0;
-            for (int64_t b = 0; b < c.batch; b++)
-                for (int64_t h = 0; h < c.heads; h++)
-                    for (int64_t i = 0; i < c.seqlen_q; i++) {
-                        const int m = row_masked(&c, i);
-                        const float lse = r.host_lse[(b * c.heads + h) * c.seqlen_q + i];
-                        if (m ? !(isinf(lse) && lse < 0) : !isfinite(lse)) bad_lse++;
-                        for (int64_t d = 0; d < c.head_dim; d++) {
-                            const float x = fw_run_output(&r, b, h, i, d);
-                            if (m && x != 0.0f) bad_zero++;
-                            if (!m && !isfinite(x)) bad_finite++;
-                        }
-                    }
+            long bad_zero, bad_lse, bad_finite;
+            count_row_contract(&r, &c, &bad_zero, &bad_lse, &bad_finite);
             fwt_case(e.pass && !bad_zero && !bad_lse && !bad_finite,
                      "masked %s t%d [%s] %lld of %lld rows fully masked: nonzero %ld, bad lse %ld, non-finite "
                      "in visible rows %ld; max_abs %.3g tol %.3g unwritten %ld nan_mismatch %ld",
@@ -182,18 +190,9 @@ static void large_logits(fw_case c, float factor)
         for (int threads = 1; threads <= 2; threads++) {
             fw_errors e;
             if (run_one(&r, "large", label, backends[bi], threads, &e)) break;
-            long nonfinite = 0, bad_lse = 0;
-            for (int64_t b = 0; b < c.batch; b++)
-                for (int64_t h = 0; h < c.heads; h++)
-                    for (int64_t i = 0; i < c.seqlen_q; i++) {
-                        const int m = row_masked(&c, i);
-                        const float lse = r.host_lse[(b * c.heads + h) * c.seqlen_q + i];
-                        if (m ? !(isinf(lse) && lse < 0) : !isfinite(lse)) bad_lse++;
-                        for (int64_t d = 0; d < c.head_dim; d++) {
-                            const float x = fw_run_output(&r, b, h, i, d);
-                            if (m ? x != 0.0f : !isfinite(x)) nonfinite++;
-                        }
-                    }
+            long bad_zero, bad_lse, bad_finite;
+            count_row_contract(&r, &c, &bad_zero, &bad_lse, &bad_finite);
+            const long nonfinite = bad_zero + bad_finite;
             fwt_case(e.pass && e.max_abs <= bound && !nonfinite && !bad_lse,
                      "large %s t%d [%s] max|logit| %.3g: bad outputs %ld, bad lse %ld (masked rows: 0 / -inf); max_abs %.3g "
                      "tol %.3g bound %.3g lse_err %.3g unwritten %ld",
