@@ -16,6 +16,30 @@
 #define POISON_16 0x7dadu  /* an f16 NaN; as bf16 also a NaN (exponent all ones) */
 #define POISON_BF16 0x7fadu
 
+fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_k,
+                      int64_t head_dim, fw_dtype dtype, uint64_t seed)
+{
+    fw_case c = fw_case_default();
+    c.batch = batch; c.heads = heads; c.kv_heads = kv_heads;
+    c.seqlen_q = seqlen_q; c.seqlen_k = seqlen_k; c.head_dim = head_dim;
+    c.dtype = dtype;
+    c.want_lse = 1;
+    c.seed = seed;
+    return c;
+}
+
+const char *fw_case_label(const fw_case *c, char *buf, size_t len)
+{
+    const fw_attn_params *p = &c->params;
+    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld%s seed%llu",
+             (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
+             (long long)c->seqlen_k, (long long)c->head_dim, fw_dtype_name(c->dtype),
+             c->layout_bshd ? "bshd" : "bhsd", c->pad, p->causal ? " causal" : "",
+             (long long)p->window_left, (long long)p->window_right, c->want_lse ? " lse" : "",
+             (unsigned long long)c->seed);
+    return buf;
+}
+
 fw_case fw_case_default(void)
 {
     fw_case c;

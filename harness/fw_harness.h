@@ -23,6 +23,11 @@ typedef struct fw_case {
 
 /* A case with batch=heads=kv_heads=1, seqlen 128, head_dim 64, f32, cpu, bhsd, seed 1. */
 fw_case fw_case_default(void);
+/* fw_case_default() with this shape and dtype, LSE wanted, and the given seed. */
+fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_k,
+                      int64_t head_dim, fw_dtype dtype, uint64_t seed);
+/* One line naming the case: shape, dtype, layout, padding, mask, LSE, seed. Returns buf. */
+const char *fw_case_label(const fw_case *c, char *buf, size_t len);
 
 typedef struct fw_errors {
     double max_abs;     /* max |O - O_ref| over elements where both are finite */

@@ -16,23 +16,10 @@ static int n_backends;
 static fw_context *ctx;
 static int max_threads = 2; /* context threads 1..max_threads per case (3 for the random shapes) */
 
-static const char *dtype_str(fw_dtype t) { return fw_dtype_name(t); }
-
-static void label_of(const fw_case *c, char *buf, size_t len)
-{
-    const fw_attn_params *p = &c->params;
-    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld%s seed%llu",
-             (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
-             (long long)c->seqlen_k, (long long)c->head_dim, dtype_str(c->dtype),
-             c->layout_bshd ? "bshd" : "bhsd", c->pad, p->causal ? " causal" : "",
-             (long long)p->window_left, (long long)p->window_right, c->want_lse ? " lse" : "",
-             (unsigned long long)c->seed);
-}
-
 static void run_case_p(const fw_case *c)
 {
     char label[256], msg[512];
-    label_of(c, label, sizeof label);
+    fw_case_label(c, label, sizeof label);
     fw_run r;
     fw_status st = fw_run_alloc(&r, c, msg, sizeof msg);
     if (st != FW_OK) {
@@ -90,12 +77,7 @@ static void run_case(fw_case c) { run_case_p(&c); }
 static fw_case mk(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D, fw_dtype t)
 {
     static uint64_t seed = 100;
-    fw_case c = fw_case_default();
-    c.batch = B; c.heads = H; c.kv_heads = Hkv; c.seqlen_q = Lq; c.seqlen_k = Lk; c.head_dim = D;
-    c.dtype = t;
-    c.want_lse = 1;
-    c.seed = seed++;
-    return c;
+    return fw_case_shape(B, H, Hkv, Lq, Lk, D, t, seed++);
 }
 
 static fw_case win(fw_case c, int causal, int64_t wl, int64_t wr)

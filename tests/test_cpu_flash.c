@@ -17,20 +17,7 @@ static uint64_t next_seed = 9100;
 
 static fw_case mk(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D, fw_dtype t)
 {
-    fw_case c = fw_case_default();
-    c.batch = B; c.heads = H; c.kv_heads = Hkv; c.seqlen_q = Lq; c.seqlen_k = Lk; c.head_dim = D;
-    c.dtype = t;
-    c.want_lse = 1;
-    c.seed = next_seed++;
-    return c;
-}
-
-static void label_of(const fw_case *c, char *buf, size_t len)
-{
-    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld", (long long)c->batch,
-             (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q, (long long)c->seqlen_k,
-             (long long)c->head_dim, fw_dtype_name(c->dtype), c->layout_bshd ? "bshd" : "bhsd", c->pad,
-             c->params.causal ? " causal" : "", (long long)c->params.window_left, (long long)c->params.window_right);
+    return fw_case_shape(B, H, Hkv, Lq, Lk, D, t, next_seed++);
 }
 
 /* Runs r through cpu-flash (the public API, or cfg directly through the backend table) with
@@ -38,7 +25,7 @@ static void label_of(const fw_case *c, char *buf, size_t len)
 static int check_run(fw_run *r, const char *what, int threads, const fw_config *cfg)
 {
     char label[256];
-    label_of(&r->c, label, sizeof label);
+    fw_case_label(&r->c, label, sizeof label);
     fw_status st = fw_run_poison(r);
     if (st == FW_OK && !cfg) {
         fw_context_set_threads(ctx, threads);

@@ -54,24 +54,12 @@ static void count_row_contract(fw_run *r, const fw_case *c, long *bad_zero, long
             }
 }
 
-static void label_of(const fw_case *c, char *buf, size_t len)
-{
-    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld",
-             (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
-             (long long)c->seqlen_k, (long long)c->head_dim, fw_dtype_name(c->dtype),
-             c->layout_bshd ? "bshd" : "bhsd", c->pad, c->params.causal ? " causal" : "",
-             (long long)c->params.window_left, (long long)c->params.window_right);
-}
 
 static fw_case mk(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D, fw_dtype t, int causal,
                   int64_t wl, int64_t wr)
 {
     static uint64_t seed = 7000;
-    fw_case c = fw_case_default();
-    c.batch = B; c.heads = H; c.kv_heads = Hkv; c.seqlen_q = Lq; c.seqlen_k = Lk; c.head_dim = D;
-    c.dtype = t;
-    c.want_lse = 1;
-    c.seed = seed++;
+    fw_case c = fw_case_shape(B, H, Hkv, Lq, Lk, D, t, seed++);
     c.params.causal = causal;
     c.params.window_left = wl;
     c.params.window_right = wr;
@@ -113,7 +101,7 @@ static int run_one(fw_run *r, const char *what, const char *label, const char *n
 static void masked_rows(fw_case c)
 {
     char label[200], msg[256];
-    label_of(&c, label, sizeof label);
+    fw_case_label(&c, label, sizeof label);
     int64_t n_masked = 0;
     for (int64_t i = 0; i < c.seqlen_q; i++) n_masked += row_masked(&c, i);
     if (n_masked == 0) {
@@ -145,7 +133,7 @@ static void masked_rows(fw_case c)
 static void large_logits(fw_case c, float factor)
 {
     char label[200], msg[256];
-    label_of(&c, label, sizeof label);
+    fw_case_label(&c, label, sizeof label);
     fw_run r;
     fw_status st = fw_run_alloc(&r, &c, msg, sizeof msg);
     if (st == FW_OK) st = fw_run_scale_inputs(&r, factor, factor);
@@ -206,7 +194,7 @@ static void large_logits(fw_case c, float factor)
 static void nan_key(fw_case c, int64_t nb, int64_t nhk, int64_t nj, int64_t nd)
 {
     char label[240], msg[256];
-    label_of(&c, label, sizeof label);
+    fw_case_label(&c, label, sizeof label);
     snprintf(label + strlen(label), sizeof label - strlen(label), " NaN at k[%lld,%lld,%lld,%lld]",
              (long long)nb, (long long)nhk, (long long)nj, (long long)nd);
     fw_run r;
@@ -253,7 +241,7 @@ static void nan_key(fw_case c, int64_t nb, int64_t nhk, int64_t nj, int64_t nd)
 static void nan_qv(fw_case c, char which, int64_t nb, int64_t nh, int64_t ns, int64_t nd)
 {
     char label[240], msg[256];
-    label_of(&c, label, sizeof label);
+    fw_case_label(&c, label, sizeof label);
     snprintf(label + strlen(label), sizeof label - strlen(label), " NaN at %c[%lld,%lld,%lld,%lld]", which,
              (long long)nb, (long long)nh, (long long)ns, (long long)nd);
     fw_run r;
