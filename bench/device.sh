@@ -18,17 +18,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/out-device}
 mkdir -p "$OUT"
-LOGS=$(mktemp -d)
 BUILD=${FW_BUILD_DIR:-build}
 export FW_BUILD_DIR=$BUILD
-exec > >(tee -a "$OUT/device.log") 2>&1
-status=0
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
-finish() {
-    tar -C "$LOGS" -czf "$OUT/logs.tar.gz" . 2>/dev/null
-    exit $status
-}
-trap finish EXIT
+. bench/steps.sh "$OUT/device.log" "$OUT/logs.tar.gz"
 
 step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv | tee "$LOGS/nvidia-smi.txt"

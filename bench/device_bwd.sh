@@ -18,16 +18,8 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/out-device}
 BWD_OUT="$OUT/bwd"
 mkdir -p "$BWD_OUT"
-LOGS=$(mktemp -d)
 BUILD=${FW_BUILD_DIR:-build}
-exec > >(tee -a "$BWD_OUT/bwd.log") 2>&1
-status=0
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
-finish() {
-    tar -C "$LOGS" -czf "$BWD_OUT/bwd_logs.tar.gz" . 2>/dev/null
-    exit $status
-}
-trap finish EXIT
+. bench/steps.sh "$BWD_OUT/bwd.log" "$BWD_OUT/bwd_logs.tar.gz"
 
 step "device_bwd: device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1 | tee "$LOGS/nvidia-smi.txt"
