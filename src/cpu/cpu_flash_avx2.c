@@ -4,6 +4,7 @@
  * within the 16 ymm registers. Compiled with -mavx2 -mfma -mf16c; run only when CPUID says so. */
 #include <immintrin.h>
 #include <math.h>
+#include "flash_kernels.h"
 
 typedef __m256 FWV;
 #define FWV_W 8
@@ -44,13 +45,13 @@ static inline __m256 fwv_exp2(__m256 x)
     x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(1.5337585109772255e-4f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3399869912437655e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6185195909144067e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5503289740010606e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022646607372755e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314720561125720e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256 p = _mm256_set1_ps(FW_EXP2_C6);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FW_EXP2_C5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FW_EXP2_C4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FW_EXP2_C3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FW_EXP2_C2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FW_EXP2_C1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(FW_EXP2_C0));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }

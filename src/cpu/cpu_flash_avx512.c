@@ -4,6 +4,7 @@
  * within the 32 zmm registers. Compiled with -mavx512*; run only when CPUID says so. */
 #include <immintrin.h>
 #include <math.h>
+#include "flash_kernels.h"
 
 typedef __m512 FWV;
 #define FWV_W 16
@@ -39,13 +40,13 @@ static inline __m512 fwv_exp2(__m512 x)
     x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.5337585109772255e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3399869912437655e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6185195909144067e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503289740010606e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022646607372755e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314720561125720e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(FW_EXP2_C6);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FW_EXP2_C5));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FW_EXP2_C4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FW_EXP2_C3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FW_EXP2_C2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FW_EXP2_C1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(FW_EXP2_C0));
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
