@@ -216,18 +216,22 @@ struct mat_shape {
     long long n2, n3, d, total;
 };
 
+/* Offset in the strided tensor of element idx of its contiguous twin. */
+__device__ __forceinline__ long long mat_strided(const mat_shape &s, long long idx)
+{
+    const long long d = idx % s.d; idx /= s.d;
+    const long long i = idx % s.n3; idx /= s.n3;
+    const long long h = idx % s.n2; idx /= s.n2;
+    return idx * s.st[0] + h * s.st[1] + i * s.st[2] + d;
+}
+
 /* strided T -> contiguous T (the input copies) */
 template <typename T>
 __global__ void __launch_bounds__(256) mat_pack_kernel(const T *src, T *dst, mat_shape s)
 {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < s.total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        long long t = idx;
-        const long long d = t % s.d; t /= s.d;
-        const long long i = t % s.n3; t /= s.n3;
-        const long long h = t % s.n2; t /= s.n2;
-        dst[idx] = src[t * s.st[0] + h * s.st[1] + i * s.st[2] + d];
-    }
+         idx += (long long)gridDim.x * blockDim.x)
+        dst[idx] = src[mat_strided(s, idx)];
 }
 
 /* contiguous f32 accumulator -> the output in its dtype and strides */
@@ -235,13 +239,8 @@ template <typename T>
 __global__ void __launch_bounds__(256) mat_unpack_kernel(const float *src, T *dst, mat_shape s)
 {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < s.total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        long long t = idx;
-        const long long d = t % s.d; t /= s.d;
-        const long long i = t % s.n3; t /= s.n3;
-        const long long h = t % s.n2; t /= s.n2;
-        fw_bwd_io<T>::st(dst + t * s.st[0] + h * s.st[1] + i * s.st[2] + d, src[idx]);
-    }
+         idx += (long long)gridDim.x * blockDim.x)
+        fw_bwd_io<T>::st(dst + mat_strided(s, idx), src[idx]);
 }
 
 /* Δ_row = Σ_d dO·O over the rows (b, h, i) of (B, H, Lq), one warp per row. */
