@@ -435,16 +435,16 @@ static cudaError_t fw_bwd_launch_t(const fw_bwd_args *a, int atomic_dq, cudaStre
     const dim3 block(FW_BWD_THREADS);
     const dim3 grid_kv((unsigned)((a->Lk + G::BN - 1) / G::BN), (unsigned)a->Hkv, (unsigned)a->B);
     if (atomic_dq) {
-        e = cudaFuncSetAttribute(fw_bwd_dkdv_kernel<T, DB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        e = fw_cuda_smem_limit<fw_bwd_dkdv_kernel<T, DB, true>>(smem);
         if (e != cudaSuccess) return e;
         fw_bwd_dkdv_kernel<T, DB, true><<<grid_kv, block, smem, s>>>(*a);
         return cudaGetLastError();
     }
-    e = cudaFuncSetAttribute(fw_bwd_dkdv_kernel<T, DB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    e = fw_cuda_smem_limit<fw_bwd_dkdv_kernel<T, DB, false>>(smem);
     if (e != cudaSuccess) return e;
     fw_bwd_dkdv_kernel<T, DB, false><<<grid_kv, block, smem, s>>>(*a);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    e = cudaFuncSetAttribute(fw_bwd_dq_kernel<T, DB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    e = fw_cuda_smem_limit<fw_bwd_dq_kernel<T, DB>>(smem);
     if (e != cudaSuccess) return e;
     const dim3 grid_q((unsigned)((a->Lq + G::BM - 1) / G::BM), (unsigned)a->H, (unsigned)a->B);
     fw_bwd_dq_kernel<T, DB><<<grid_q, block, smem, s>>>(*a);

@@ -779,12 +779,6 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
         }
 }
 
-/* Raise a kernel's dynamic shared-memory limit (every call: cheap, and safe across devices). */
-template <typename K> static cudaError_t set_smem(K kernel, size_t bytes)
-{
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
 template <typename T, int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ>
 static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 {
@@ -794,26 +788,26 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
         static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
         if (atomic_dq) {
             const size_t smem = dkdv2_geom<D, true>::SMEM;
-            if ((e = set_smem(dkdv2_kernel<T, D, true>, smem)) != cudaSuccess) return e;
+            if ((e = fw_cuda_smem_limit<dkdv2_kernel<T, D, true>>(smem)) != cudaSuccess) return e;
             dkdv2_kernel<T, D, true><<<grid_kv, 256, smem, s>>>(p);
             return cudaGetLastError();
         }
         const size_t smem = dkdv2_geom<D, false>::SMEM;
-        if ((e = set_smem(dkdv2_kernel<T, D, false>, smem)) != cudaSuccess) return e;
+        if ((e = fw_cuda_smem_limit<dkdv2_kernel<T, D, false>>(smem)) != cudaSuccess) return e;
         dkdv2_kernel<T, D, false><<<grid_kv, 256, smem, s>>>(p);
     } else if (atomic_dq) {
         const size_t smem = dkdv_geom<D, BM, W, true>::SMEM;
-        if ((e = set_smem(dkdv_kernel<T, D, BM, W, true, (QS > 0 ? QS : BM)>, smem)) != cudaSuccess) return e;
+        if ((e = fw_cuda_smem_limit<dkdv_kernel<T, D, BM, W, true, (QS > 0 ? QS : BM)>>(smem)) != cudaSuccess) return e;
         dkdv_kernel<T, D, BM, W, true, (QS > 0 ? QS : BM)><<<grid_kv, W * 32, smem, s>>>(p);
         return cudaGetLastError();
     } else {
         const size_t smem = dkdv_geom<D, BM, W, false>::SMEM;
-        if ((e = set_smem(dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)>, smem)) != cudaSuccess) return e;
+        if ((e = fw_cuda_smem_limit<dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)>>(smem)) != cudaSuccess) return e;
         dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)><<<grid_kv, W * 32, smem, s>>>(p);
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     using GQ = dq_geom<D, WQ, MTQ, BNQ>;
-    if ((e = set_smem(dq_kernel<T, D, WQ, MTQ, BNQ>, GQ::SMEM)) != cudaSuccess) return e;
+    if ((e = fw_cuda_smem_limit<dq_kernel<T, D, WQ, MTQ, BNQ>>(GQ::SMEM)) != cudaSuccess) return e;
     const dim3 grid_q((unsigned)((p.Lq + GQ::BM - 1) / GQ::BM), (unsigned)p.H, (unsigned)p.B);
     dq_kernel<T, D, WQ, MTQ, BNQ><<<grid_q, WQ * 32, GQ::SMEM, s>>>(p);
     return cudaGetLastError();

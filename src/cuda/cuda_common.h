@@ -75,4 +75,22 @@ struct fw_cuda_device_guard {
 };
 #endif
 
+#ifdef __CUDACC__
+#include <atomic>
+/* Raises kernel's dynamic shared-memory limit to `bytes` (a compile-time size of that kernel
+ * instantiation) once per device: cudaFuncSetAttribute is a driver call, and launches repeat. */
+template <auto kernel> static cudaError_t fw_cuda_smem_limit(size_t bytes)
+{
+    static std::atomic<unsigned long long> done{0}; /* one bit per device 0..63 */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
+    return e;
+}
+#endif
+
 #endif /* FW_CUDA_COMMON_H */

@@ -544,8 +544,7 @@ template <int DB, int BM, int BN, int TM>
 static cudaError_t ff32_launch_exact(const ff32_args *a, int batch, cudaStream_t s)
 {
     typedef ff32_exact_cfg<DB, BM, BN, TM> C;
-    cudaError_t e = cudaFuncSetAttribute(ff32_exact_kernel<DB, BM, BN, TM>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    cudaError_t e = fw_cuda_smem_limit<ff32_exact_kernel<DB, BM, BN, TM>>(C::SMEM);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)((a->Lq + BM - 1) / BM), (unsigned)a->H, (unsigned)batch);
     ff32_exact_kernel<DB, BM, BN, TM><<<grid, C::NT, C::SMEM, s>>>(*a);
@@ -556,8 +555,7 @@ template <int DB, int BN, bool SPLIT>
 static cudaError_t ff32_launch_tc(const ff32_args *a, int batch, cudaStream_t s)
 {
     typedef ff32_tc_cfg<DB, BN> C;
-    cudaError_t e = cudaFuncSetAttribute(ff32_tc_kernel<DB, BN, SPLIT>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    cudaError_t e = fw_cuda_smem_limit<ff32_tc_kernel<DB, BN, SPLIT>>(C::SMEM);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)((a->Lq + C::BM - 1) / C::BM), (unsigned)a->H, (unsigned)batch);
     ff32_tc_kernel<DB, BN, SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a);

@@ -497,19 +497,8 @@ template <typename T, int D, int BM, int BN, int W, int ST, bool QREG, int SB>
 static cudaError_t flash_launch(const fw_flash_tc_params *p, int batch, cudaStream_t stream)
 {
     const size_t smem = FW_FLASH_TC_SMEM(D, BM, BN, ST);
-    /* Raise the dynamic shared-memory limit once per device (a benign race: every thread sets
-     * the same value). */
-    static unsigned long long attr_done = 0;
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    const cudaError_t e = fw_cuda_smem_limit<flash_fwd_kernel<T, D, BM, BN, W, ST, QREG, SB>>(smem);
     if (e != cudaSuccess) return e;
-    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-    if (!bit || !(attr_done & bit)) {
-        e = cudaFuncSetAttribute(flash_fwd_kernel<T, D, BM, BN, W, ST, QREG, SB>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        attr_done |= bit;
-    }
     fw_flash_tc_params q = *p;
     q.num_m_blocks = (p->Lq + BM - 1) / BM;
     dim3 grid((unsigned)q.num_m_blocks, (unsigned)p->H, (unsigned)batch);
