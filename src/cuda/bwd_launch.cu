@@ -112,13 +112,9 @@ static int fw_bwd_atomic_mode(const fw_problem *p, const fw_config *cfg)
     return !(env && !strcmp(env, "deterministic"));
 }
 
-static int fw_bwd_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
 static int fw_bwd_rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns)
 {
-    const int64_t n[3] = {nb, nh, ns};
-    for (int i = 0; i < 3; i++)
-        if (n[i] > 1 && s[i] % 8 != 0) return 0;
-    return 1;
+    return fw_cuda_unaligned_stride(s, nb, nh, ns) < 0;
 }
 
 /* The tensor-core kernels' variant for p, or -1 where they do not apply (f32; head_dim above 128 or not
@@ -133,7 +129,7 @@ static int fw_bwd_tc_pick(const fw_problem *p, int atomic, int smem_optin)
     if (off && !strcmp(off, "0")) return -1;
     const void *ptrs[7] = {p->q, p->k, p->v, p->dout, p->dq, p->dk, p->dv};
     for (int i = 0; i < 7; i++)
-        if (!fw_bwd_aligned16(ptrs[i])) return -1;
+        if (!fw_cuda_aligned16(ptrs[i])) return -1;
     const int64_t B = p->batch, H = p->heads, Hk = p->kv_heads, Lq = p->seqlen_q, Lk = p->seqlen_k;
     if (!fw_bwd_rows16(p->q_stride, B, H, Lq) || !fw_bwd_rows16(p->do_stride, B, H, Lq) ||
         !fw_bwd_rows16(p->dq_stride, B, H, Lq) || !fw_bwd_rows16(p->k_stride, B, Hk, Lk) ||

@@ -72,20 +72,16 @@ static size_t tc_variant_smem(const fw_flash_tc_variant *v)
     return FW_FLASH_TC_SMEM(v->d, v->bm, v->bn, v->stages);
 }
 
-static int tc_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
-
-/* Rows must start on 16-byte boundaries: the batch/head/seq strides of every dimension longer
- * than 1 must be multiples of 8 elements (a size-1 dimension's stride is never used). */
+/* fw_cuda_unaligned_stride with the reason. */
 static int tc_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, const char *name, char *why,
                          size_t why_len)
 {
-    const int64_t n[3] = {nb, nh, ns};
-    for (int i = 0; i < 3; i++)
-        if (n[i] > 1 && s[i] % 8 != 0)
-            return fw_why(why, why_len,
-                          "%s stride[%d] is %lld elements; cuda-flash needs rows 16-byte aligned "
-                          "(batch/head/seq strides multiples of 8 elements)",
-                          name, i, (long long)s[i]);
+    const int i = fw_cuda_unaligned_stride(s, nb, nh, ns);
+    if (i >= 0)
+        return fw_why(why, why_len,
+                      "%s stride[%d] is %lld elements; cuda-flash needs rows 16-byte aligned "
+                      "(batch/head/seq strides multiples of 8 elements)",
+                      name, i, (long long)s[i]);
     return 1;
 }
 
@@ -111,7 +107,7 @@ static int tc_supports(const fw_problem *p, char *why, size_t why_len)
     if (p->heads > 65535 || p->batch > 65535)
         return fw_why(why, why_len, "batch %lld and heads %lld must each be at most 65535 (grid limits)",
                       (long long)p->batch, (long long)p->heads);
-    if (!tc_aligned16(p->q) || !tc_aligned16(p->k) || !tc_aligned16(p->v) || !tc_aligned16(p->o))
+    if (!fw_cuda_aligned16(p->q) || !fw_cuda_aligned16(p->k) || !fw_cuda_aligned16(p->v) || !fw_cuda_aligned16(p->o))
         return fw_why(why, why_len, "q, k, v and o must start on 16-byte boundaries for cuda-flash");
     if (!tc_strides_ok(p->q_stride, p->batch, p->heads, p->seqlen_q, "q", why, why_len) ||
         !tc_strides_ok(p->k_stride, p->batch, p->kv_heads, p->seqlen_k, "k", why, why_len) ||
