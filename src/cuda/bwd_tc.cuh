@@ -229,11 +229,7 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
         const uint32_t sQ = sStage + (uint32_t)(slot * G::STAGE_BYTES), sdO = sQ + BM * SD * 2;
         const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
 
-        bool need_mask = n0 + BN > p.Lk;
-        if (p.has_window) {
-            const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
-            need_mask = need_mask || !full;
-        }
+        const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
         /* The BM queries in sub-tiles of QS (QS < BM: fewer score registers live next to dK, dV).
          * Not unrolled, so that the sub-tiles do not overlap in registers. */
 #pragma unroll 1
@@ -504,11 +500,7 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
             }
         }
 
-        bool need_mask = n0 + BN > p.Lk;
-        if (p.has_window) {
-            const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
-            need_mask = need_mask || !full;
-        }
+        const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -659,11 +651,7 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
                     }
                 }
             }
-            bool need_mask = n0 + BN > p.Lk;
-            if (p.has_window) {
-                const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
-                need_mask = need_mask || !full;
-            }
+            const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int ql = wq * 32 + j * 8 + t4 * 2; /* this thread's query columns ql, ql + 1 */

@@ -141,6 +141,20 @@ __device__ __forceinline__ float fast_exp2(float x)
     return y;
 }
 
+/* Does the tile of BM query rows from m0 × BN keys from n0 need the per-element mask: it crosses Lk, or
+ * (with a window or causal mask) a window edge. Tiles wholly inside the band do not. P: any kernel
+ * parameter struct with Lk, has_window, off, wl, wr. */
+template <int BM, int BN, typename P>
+__device__ __forceinline__ bool tile_needs_mask(const P &p, int m0, int n0)
+{
+    bool need = n0 + BN > p.Lk;
+    if (p.has_window) {
+        const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
+        need = need || !full;
+    }
+    return need;
+}
+
 /* The A fragment (m16 × k16) of one k16 step from the accumulators of its two n8 tiles: the C layout
  * of an m16n8 product is the A layout of half a k16 step, so P (and dS) feed the next product
  * straight from registers. */
@@ -347,11 +361,7 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(const fw_flash_tc_par
         const int n0 = n_begin + it * BN;
 
         /* Mask: only on tiles that cross the Lk boundary or the window's edges. */
-        bool need_mask = n0 + BN > p.Lk;
-        if (p.has_window) {
-            const bool full = (m0 + BM - 1 + p.off - p.wl <= n0) && (m0 + p.off + p.wr >= n0 + BN - 1);
-            need_mask = need_mask || !full;
-        }
+        const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
         /* The tile is processed in BN / SB sub-tiles of SB keys (SB < BN: fewer S registers live,
          * one barrier and one load round per BN keys). Not unrolled, so that the sub-tiles do not
          * overlap in registers. */
