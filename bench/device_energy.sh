@@ -26,7 +26,8 @@
 # bench.json, bench_ext.json (if time allowed), sdpa.json, streams.json, tuning.txt, energy.tar.gz
 # (logs, CSV, plots if matplotlib)}.
 #
-# FW_ENERGY_PART=ext runs only the extended seeds' table, about 4 minutes: a tune over its buckets,
+# FW_ENERGY_PART=ext runs only the extended seeds' table, about 7.5 minutes (plan 480 s; 346 s were too
+# few on the H100 of 2026-11-26: the batch rows and SDPA's L = 2048 rows were cut): a tune over its buckets,
 # then cuda-naive, static cuda-flash / cuda-flash-f32, the scheduler's choice and PyTorch SDPA (every
 # backend) at B=16, L 128..2048 and at batch 32, 64, 128, L=1024, f32 and f16 (files bench_ext.json,
 # sdpa_ext.json).
@@ -42,6 +43,8 @@ W=$(mktemp -d)
 FW=$BUILD/flashwatt
 ES=$BUILD/energy_stream
 TOTAL=${FW_ENERGY_TOTAL_S:-360}
+# the extended table alone: tune 60 + 40 s, flashwatt rows 75 + 80 s, SDPA rows 95 + 50 s, plots
+[ "$PART" = ext ] && TOTAL=${FW_ENERGY_TOTAL_S:-480}
 T0=$(date +%s)
 export FLASHWATT_TUNING=$E/tuning.txt
 left() { echo $((TOTAL - ($(date +%s) - T0))); }
@@ -129,18 +132,19 @@ if [ "$PART" = ext ] || [ "$(left)" -gt 90 ]; then
     EXT_L=128,256,2048
     EXT_B=32,64
     [ "$PART" = ext ] && { EXT_L=128,256,512,1024,2048; EXT_B=32,64,128; }
-    run bench-ext $(( $(left) > 60 ? $(left) / 3 : 30 )) "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto --batch 16 \
+    lim() { [ "$PART" = ext ] && echo "$1" || echo $(( $(left) > 60 ? $(left) / 3 : 30 )); }
+    run bench-ext "$(lim 90)" "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto --batch 16 \
         --heads 8 --head-dim 64 --seqlen "$EXT_L" --dtype f32,f16 --energy 1 --cooldown 0.5 --max-ref-s 0 \
         --reps 30 --json "$E/bench_ext.json"
-    run bench-batch $(( $(left) > 60 ? $(left) / 3 : 30 )) "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto \
+    run bench-batch "$(lim 95)" "$FW" bench --backend cuda-naive,cuda-flash,cuda-flash-f32,auto \
         --batch "$EXT_B" --heads 8 --head-dim 64 --seqlen 1024 --dtype f32,f16 --energy 1 --cooldown 0.5 --max-ref-s 0 \
         --reps 30 --json "$W/bench_batch.json"
     [ -s "$W/bench_batch.json" ] && python3 -c "import json,sys; a=json.load(open(sys.argv[1])) if __import__('os').path.exists(sys.argv[1]) else []; b=json.load(open(sys.argv[2])); json.dump(a+b, open(sys.argv[1],'w'))" "$E/bench_ext.json" "$W/bench_batch.json"
     if [ "$PART" = ext ]; then
-        run sdpa-ext $(( $(left) > 60 ? $(left) / 2 : 30 )) python3 bench/sdpa_energy.py --json "$E/sdpa_ext.json" \
-            --batch 16 --heads 8 --head-dim 64 --seqlen "$EXT_L" --dtype f32,f16 --cooldown 0.5 --budget-s 60
-        run sdpa-batch $(( $(left) > 40 ? $(left) - 20 : 30 )) python3 bench/sdpa_energy.py --json "$W/sdpa_batch.json" \
-            --batch "$EXT_B" --heads 8 --head-dim 64 --seqlen 1024 --dtype f32,f16 --cooldown 0.5 --budget-s 45
+        run sdpa-ext 110 python3 bench/sdpa_energy.py --json "$E/sdpa_ext.json" \
+            --batch 16 --heads 8 --head-dim 64 --seqlen "$EXT_L" --dtype f32,f16 --cooldown 0.5 --budget-s 100
+        run sdpa-batch 60 python3 bench/sdpa_energy.py --json "$W/sdpa_batch.json" \
+            --batch "$EXT_B" --heads 8 --head-dim 64 --seqlen 1024 --dtype f32,f16 --cooldown 0.5 --budget-s 55
         [ -s "$W/sdpa_batch.json" ] && python3 -c "import json,sys; a=json.load(open(sys.argv[1])) if __import__('os').path.exists(sys.argv[1]) else []; b=json.load(open(sys.argv[2])); json.dump(a+b, open(sys.argv[1],'w'))" "$E/sdpa_ext.json" "$W/sdpa_batch.json"
     fi
 else

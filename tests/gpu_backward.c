@@ -531,15 +531,21 @@ static double bench_mat(const fw_problem *p0, int reps, double *t)
 
 static void bench(int reps)
 {
-    /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 1..3 per mode */
-    enum { NCOL = 10 };
-    static const char *col_cfg[NCOL] = {"bwd-deterministic", "bwd-atomic", "bwd-atomic", "bwd-atomic", "bwd-atomic",
-                                        "bwd-atomic", "bwd-deterministic", "bwd-deterministic", "bwd-deterministic",
-                                        "bwd-deterministic"};
-    static const char *col_var[NCOL] = {NULL, NULL, "1", "2", "3", "4", "1", "2", "3", "4"}; /* NULL: the mode's default */
-    printf("%4s %6s %3s %3s %8s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "D", "L", "B", "H", "fwd_ms", "det",
-           "atom", "atom_v1", "atom_v2", "atom_v3", "atom_v4", "det_v1", "det_v2", "det_v3", "det_v4", "TF/s_det",
-           "TF/s_atom", "mat");
+    /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 0..4 per mode */
+    enum { NVAR = 5, NCOL = 2 + 2 * NVAR };
+    const char *col_cfg[NCOL], *col_var[NCOL]; /* col_var NULL: the mode's default */
+    static const char *var_names[NVAR] = {"0", "1", "2", "3", "4"};
+    char col_name[NCOL][16];
+    for (int i = 0; i < NCOL; i++) {
+        const int det = i == 0 || i >= 2 + NVAR;
+        col_cfg[i] = det ? "bwd-deterministic" : "bwd-atomic";
+        col_var[i] = i < 2 ? NULL : var_names[(i - 2) % NVAR];
+        if (i < 2) snprintf(col_name[i], sizeof col_name[i], "%s", det ? "det" : "atom");
+        else snprintf(col_name[i], sizeof col_name[i], "%s_v%s", det ? "det" : "atom", col_var[i]);
+    }
+    printf("%4s %6s %3s %3s %8s", "D", "L", "B", "H", "fwd_ms");
+    for (int i = 0; i < NCOL; i++) printf(" %9s", col_name[i]);
+    printf(" %9s %9s %9s\n", "TF/s_det", "TF/s_atom", "mat");
     const int Ds[2] = {64, 128};
     /* FW_BWD_BENCH_ONLY=D:L runs one shape (for profilers) */
     int only_d = 0;
@@ -589,12 +595,12 @@ static void bench(int reps)
             unsetenv("FW_CUDA_BWD_TC_VARIANT");
             const double mat_ms = st == FW_OK ? bench_mat(&p, reps, t) : -1.0;
             const double f = fw_run_flops(&r);
-            if (st == FW_OK)
-                printf("%4d %6lld %3lld %3lld %8.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %9.1f",
-                       Ds[di], (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms, bwd_ms[0], bwd_ms[1],
-                       bwd_ms[2], bwd_ms[3], bwd_ms[4], bwd_ms[5], bwd_ms[6], bwd_ms[7], bwd_ms[8], bwd_ms[9],
-                       3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
+            if (st == FW_OK) {
+                printf("%4d %6lld %3lld %3lld %8.3f", Ds[di], (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms);
+                for (int i = 0; i < NCOL; i++) printf(" %9.3f", bwd_ms[i]);
+                printf(" %9.1f %9.1f", 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
                        3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
+            }
             if (st == FW_OK && mat_ms >= 0) printf(" %9.3f\n", mat_ms);
             else if (st == FW_OK) printf(" %9s\n", "-");
             fflush(stdout);
@@ -660,7 +666,7 @@ int main(int argc, char **argv)
             for (int d = 0; d < 3; d++) run_case(&cs[i], dts[d], modes, 100 + 3 * i + (uint64_t)d);
         const char *sweep = getenv("FW_BWD_TC_SWEEP");
         if (sweep && !strcmp(sweep, "1") && !use_cpu)
-            for (int v = 1; v < 5; v++) { /* the defaults ran above */
+            for (int v = 0; v < 5; v++) { /* every variant, defaults included (they differ per mode) */
                 char vs[8];
                 snprintf(vs, sizeof vs, "%d", v);
                 setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);

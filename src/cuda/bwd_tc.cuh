@@ -53,7 +53,11 @@ typedef struct fw_bwd_tc_variant {
     extern const int fw_bwd_tc_nvariants_d##D;
 FW_BWD_TC_DECLARE(64)
 FW_BWD_TC_DECLARE(128)
-/* Default variant of the deterministic mode (the atomic mode's is 0). */
+/* Default variants per dQ mode (gpu_backward --bench, docs/PERF-gpu-bwd.md): at head_dim 128 the
+ * atomic mode runs the 2-D tiled dK/dV kernel (variant 4), 10-17% faster than variant 0 on the H100;
+ * at 64 it lost to variant 0 below L = 16k. */
+#define FW_BWD_TC_ATOM_DEFAULT_64 0
+#define FW_BWD_TC_ATOM_DEFAULT_128 4
 #define FW_BWD_TC_DET_DEFAULT_64 0
 #define FW_BWD_TC_DET_DEFAULT_128 1
 

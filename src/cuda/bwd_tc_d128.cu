@@ -1,8 +1,8 @@
 /* cuda-flash tensor-core backward, head_dim 72..128 (zero-padded to 128), f16 and bf16. See
  * bwd_tc.cuh. Variants X(D, index, BM, W, QS, WQ, MTQ, BNQ): the dK/dV kernel's query rows per step,
  * warps and query sub-tile; the deterministic dQ kernel's warps, m16 tiles per warp and keys per step.
- * Defaults (fastest on the H200, docs/PERF-gpu-bwd.md): 0 for atomic dQ, FW_BWD_TC_DET_DEFAULT_128 for
- * deterministic. */
+ * Defaults: FW_BWD_TC_ATOM_DEFAULT_128 for atomic dQ, FW_BWD_TC_DET_DEFAULT_128 for deterministic
+ * (bwd_tc.cuh). */
 #include "bwd_tc.cuh"
 
 #define FW_BWD_TC_LIST_128(X, D) X(D, 0, 64, 8, 64, 4, 2, 32) X(D, 1, 32, 4, 32, 4, 2, 32) X(D, 2, 64, 8, 32, 4, 1, 64) \
