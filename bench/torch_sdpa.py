@@ -173,6 +173,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--sdpa", default="flash,cudnn,efficient,math")
+    ap.add_argument("--cfg-match", default="", help="--configs: only the configuration names containing this")
     ap.add_argument("--fw", default="", help="flashwatt backends to time (default: every usable CUDA one)")
     args = ap.parse_args()
 
@@ -222,7 +223,7 @@ def main():
                         return fw_call(q, k, v, causal, name)
                     todo.append((name, run))
                 if args.configs:
-                    for cfgname in CONFIGS.get(D, []):
+                    for cfgname in [c for c in CONFIGS.get(D, []) if args.cfg_match in c]:
                         def run(cfgname=cfgname):
                             os.environ["FW_CUDA_FLASH_CONFIG"] = cfgname
                             return fw_call(q, k, v, causal, "cuda-flash")
@@ -268,10 +269,10 @@ def main():
 
 CONFIGS = {
     64: ["bm128-bn64-w4-s2-qr", "bm128-bn128-w4-s2", "bm128-bn128-w4-s2-qr-sb64", "bm128-bn64-w4-s3-qr",
-         "bm64-bn64-w4-s2-qr"],
+         "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3"],
     128: ["bm128-bn64-w4-s2", "bm128-bn64-w4-s2-sb32", "bm128-bn32-w4-s2", "bm128-bn64-w8-s2-qr",
-          "bm64-bn64-w4-s2-qr"],
-}
+          "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3"],
+}  # wg-*: the wgmma kernels (compute capability 9.0 only)
 
 
 def fmt(x, spec):

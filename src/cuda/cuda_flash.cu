@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "flash_tc.cuh"
+#include "flash_wg.cuh"
 
 #define FW_TC_MAX_DEVICES 64
 
@@ -64,12 +65,24 @@ static void tc_variant_name(const fw_flash_tc_variant *v, char *buf, size_t len)
 {
     char sub[16] = "";
     if (v->sub != v->bn) snprintf(sub, sizeof sub, "-sb%d", v->sub);
-    snprintf(buf, len, "bm%d-bn%d-w%d-s%d%s%s", v->bm, v->bn, v->warps, v->stages, v->qreg ? "-qr" : "", sub);
+    if (v->wg)
+        snprintf(buf, len, "wg-bm%d-bn%d-s%d", v->bm, v->bn, v->stages);
+    else
+        snprintf(buf, len, "bm%d-bn%d-w%d-s%d%s%s", v->bm, v->bn, v->warps, v->stages, v->qreg ? "-qr" : "", sub);
 }
 
 static size_t tc_variant_smem(const fw_flash_tc_variant *v)
 {
-    return FW_FLASH_TC_SMEM(v->d, v->bm, v->bn, v->stages);
+    return v->wg ? FW_FLASH_WG_SMEM(v->d, v->bm, v->bn, v->stages) : FW_FLASH_TC_SMEM(v->d, v->bm, v->bn, v->stages);
+}
+
+/* Can this device run the variant: it fits the shared memory, and wgmma kernels need sm_90a's
+ * machine code, which runs on compute capability 9.0 only. */
+static int tc_variant_runs(const fw_flash_tc_variant *v, const tc_device_info *di)
+{
+    if (v->wg && !(di->cc_major == 9 && di->cc_minor == 0)) return 0;
+    if (v->wg && getenv("FW_CUDA_FLASH_WG") && !strcmp(getenv("FW_CUDA_FLASH_WG"), "0")) return 0;
+    return (int)tc_variant_smem(v) <= di->smem_optin;
 }
 
 /* fw_cuda_unaligned_stride with the reason. */
@@ -117,13 +130,13 @@ static int tc_supports(const fw_problem *p, char *why, size_t why_len)
     int n = 0;
     const fw_flash_tc_variant *vs = tc_variants(tc_padded_dim(p->head_dim), &n);
     for (int i = 0; i < n; i++)
-        if ((int)tc_variant_smem(&vs[i]) <= di.smem_optin) return 1;
+        if (tc_variant_runs(&vs[i], &di)) return 1;
     return fw_why(why, why_len, "no cuda-flash configuration for head_dim %lld fits the device's %d bytes of shared memory per block",
                   (long long)p->head_dim, di.smem_optin);
 }
 
 /* Index (into the padded dim's variant list) of the default configuration for p. */
-static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, int n, int smem_optin)
+static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, int n, const tc_device_info *di)
 {
     /* An explicit override for benchmarking and tuning: FW_CUDA_FLASH_CONFIG=bm128-bn64-w4-s2 */
     const char *env = getenv("FW_CUDA_FLASH_CONFIG");
@@ -131,7 +144,7 @@ static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, 
         char name[48];
         for (int i = 0; i < n; i++) {
             tc_variant_name(&vs[i], name, sizeof name);
-            if (strcmp(name, env) == 0 && (int)tc_variant_smem(&vs[i]) <= smem_optin) return i;
+            if (strcmp(name, env) == 0 && tc_variant_runs(&vs[i], di)) return i;
         }
     }
     const int dpad = vs[0].d;
@@ -150,9 +163,15 @@ static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, 
         want_bm = 64;
         want_bn = 64;
     }
+    /* Hopper (compute capability 9.0): the wgmma kernel wg-bm128-bn128-s3. H100, 2026-11-26 10:05 UTC
+     * (docs/PERF.md): at D=128 1.18-1.57x the mma.sync default at every FA-grid shape; at D=64 1.0-1.11x
+     * for L >= 1024, 0.92-0.95x at L=512. */
+    const int wg_ok = blocks128 >= 132 && (dpad == 128 || (dpad == 64 && p->seqlen_k >= 1024));
+    for (int i = 0; wg_ok && i < n; i++)
+        if (vs[i].wg && vs[i].bm == 128 && vs[i].bn == 128 && tc_variant_runs(&vs[i], di)) return i;
     int best = -1, best_score = -1;
     for (int i = 0; i < n; i++) {
-        if ((int)tc_variant_smem(&vs[i]) > smem_optin) continue;
+        if (!tc_variant_runs(&vs[i], di) || vs[i].wg) continue;
         int score = (vs[i].bm == want_bm) * 16 + (vs[i].bn == want_bn) * 8 + (vs[i].warps == want_w) * 4 +
                     (vs[i].stages == want_st) * 2 + (vs[i].sub == vs[i].bn);
         if (score > best_score) {
@@ -172,12 +191,12 @@ static int tc_configs(const fw_problem *p, fw_config *out, int max)
         if (max >= 1) memset(out, 0, sizeof *out);
         return 1;
     }
-    const int def = tc_default_index(p, vs, n, di.smem_optin);
+    const int def = tc_default_index(p, vs, n, &di);
     int count = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n && count < max; i++) {
             if ((pass == 0) != (i == def)) continue;
-            if ((int)tc_variant_smem(&vs[i]) > di.smem_optin) continue;
+            if (!tc_variant_runs(&vs[i], &di)) continue;
             fw_config *c = &out[count++];
             memset(c, 0, sizeof *c);
             tc_variant_name(&vs[i], c->name, sizeof c->name);
@@ -193,7 +212,7 @@ static int tc_configs(const fw_problem *p, fw_config *out, int max)
     return count;
 }
 
-static const fw_flash_tc_variant *tc_pick(const fw_problem *p, const fw_config *cfg, int smem_optin)
+static const fw_flash_tc_variant *tc_pick(const fw_problem *p, const fw_config *cfg, const tc_device_info *di)
 {
     int n = 0;
     const fw_flash_tc_variant *vs = tc_variants(tc_padded_dim(p->head_dim), &n);
@@ -202,17 +221,17 @@ static const fw_flash_tc_variant *tc_pick(const fw_problem *p, const fw_config *
     if (cfg && cfg->name[0]) {
         for (int i = 0; i < n; i++) {
             tc_variant_name(&vs[i], name, sizeof name);
-            if (strcmp(name, cfg->name) == 0 && (int)tc_variant_smem(&vs[i]) <= smem_optin) return &vs[i];
+            if (strcmp(name, cfg->name) == 0 && tc_variant_runs(&vs[i], di)) return &vs[i];
         }
     }
     if (cfg && cfg->block_m) {
         for (int i = 0; i < n; i++)
             if (vs[i].bm == cfg->block_m && vs[i].bn == cfg->block_n && vs[i].warps == cfg->warps &&
-                vs[i].sub == vs[i].bn &&
-                (cfg->stages == 0 || vs[i].stages == cfg->stages) && (int)tc_variant_smem(&vs[i]) <= smem_optin)
+                vs[i].sub == vs[i].bn && !vs[i].wg &&
+                (cfg->stages == 0 || vs[i].stages == cfg->stages) && tc_variant_runs(&vs[i], di))
                 return &vs[i];
     }
-    const int def = tc_default_index(p, vs, n, smem_optin);
+    const int def = tc_default_index(p, vs, n, di);
     return def >= 0 ? &vs[def] : NULL;
 }
 
@@ -230,7 +249,7 @@ static fw_status tc_forward(const fw_problem *p, const fw_config *cfg, const fw_
         fw_why(ex->err, ex->err_len, "cannot query CUDA device %d", p->device.index);
         return FW_ERR_DEVICE;
     }
-    const fw_flash_tc_variant *v = tc_pick(p, cfg, di.smem_optin);
+    const fw_flash_tc_variant *v = tc_pick(p, cfg, &di);
     if (!v) {
         fw_why(ex->err, ex->err_len, "no cuda-flash configuration for head_dim %lld", (long long)p->head_dim);
         return FW_ERR_UNSUPPORTED;

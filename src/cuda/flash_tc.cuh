@@ -48,11 +48,12 @@ typedef cudaError_t (*fw_flash_tc_launch_fn)(const fw_flash_tc_params *p, int ba
 typedef struct fw_flash_tc_variant {
     int d, bm, bn, warps, stages, qreg, sub; /* sub: keys per softmax sub-tile (== bn: none) */
     fw_flash_tc_launch_fn f16, bf16;
+    int wg; /* 1: the wgmma kernel (flash_wg.cuh, sm_90a, compute capability 9.0 only) */
 } fw_flash_tc_variant;
 
 #define FW_FLASH_TC_VARIANT(D, BM, BN, W, ST, QR, SB)                                              \
     { D, BM, BN, W, ST, QR, SB, fwtc::flash_launch<__half, D, BM, BN, W, ST, QR, SB>,              \
-      fwtc::flash_launch<__nv_bfloat16, D, BM, BN, W, ST, QR, SB> }
+      fwtc::flash_launch<__nv_bfloat16, D, BM, BN, W, ST, QR, SB>, 0 }
 
 #ifdef __cplusplus
 extern "C" {

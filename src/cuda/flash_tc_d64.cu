@@ -1,7 +1,8 @@
 /* cuda-flash instantiations for padded head dim 64 (see flash_tc.cuh). Entry order is
  * irrelevant; cuda_flash.cu picks the default. Fields: D, BM, BN, warps, stages, Q in registers,
- * softmax sub-tile keys. */
+ * softmax sub-tile keys; wgmma variants (sm_90a, flash_wg.cuh): D, BN, warpgroups, stages. */
 #include "flash_tc.cuh"
+#include "flash_wg.cuh"
 
 extern "C" const fw_flash_tc_variant fw_flash_tc_variants_d64[] = {
     FW_FLASH_TC_VARIANT(64, 128, 64, 4, 2, true, 64),
@@ -9,6 +10,8 @@ extern "C" const fw_flash_tc_variant fw_flash_tc_variants_d64[] = {
     FW_FLASH_TC_VARIANT(64, 128, 128, 4, 2, true, 64),
     FW_FLASH_TC_VARIANT(64, 128, 64, 4, 3, true, 64),
     FW_FLASH_TC_VARIANT(64, 64, 64, 4, 2, true, 64),
+    FW_FLASH_WG_VARIANT(64, 128, 2, 3),
+    FW_FLASH_WG_VARIANT(64, 64, 3, 3),
 };
 extern "C" const int fw_flash_tc_nvariants_d64 =
     (int)(sizeof fw_flash_tc_variants_d64 / sizeof fw_flash_tc_variants_d64[0]);
