@@ -26,7 +26,7 @@ fi
 grep -E "C7513|spill" "$LOGS/build.log" | head -5
 tail -1 "$LOGS/build.log"
 
-WG_CFGS="wg-bm128-bn128-s3 wg-bm192-bn64-s3"
+WG_CFGS="wg-bm128-bn128-s3 ws-bm128-bn128-s3 ws-bm128-bn128-s3-pp"
 if [ "${FW_FWD_SKIP_TEST:-0}" != 1 ]; then
     step "gpu_cuda_flash (every configuration)"
     timeout 240 "$BUILD/gpu_cuda_flash" > "$LOGS/gpu_cuda_flash.log" 2>&1 || status=1
@@ -49,9 +49,9 @@ if [ "${FW_FWD_SKIP_TEST:-0}" != 1 ]; then
     done
 fi
 
-step "PyTorch SDPA vs cuda-flash (bench/torch_sdpa.py ${FW_FWD_TORCH_ARGS:---configs --cfg-match wg --check --sdpa flash,cudnn})"
+step "PyTorch SDPA vs cuda-flash (bench/torch_sdpa.py ${FW_FWD_TORCH_ARGS:---configs --cfg-match w --check --sdpa flash,cudnn})"
 PYTHONUNBUFFERED=1 FLASHWATT_LIBRARY="$ROOT/$BUILD/libflashwatt.so" timeout 300 \
-    python3 bench/torch_sdpa.py --json "$OUT/fwd_torch.json" --fw cuda-flash ${FW_FWD_TORCH_ARGS:---configs --cfg-match wg --check --sdpa flash,cudnn} \
+    python3 bench/torch_sdpa.py --json "$OUT/fwd_torch.json" --fw cuda-flash ${FW_FWD_TORCH_ARGS:---configs --cfg-match w --check --sdpa flash,cudnn} \
     > "$LOGS/torch_sdpa.log" 2>&1 || status=1
 grep -v "^#" "$LOGS/torch_sdpa.log" | grep -E "err|unsupported" | awk '{print $1,$2,$3,$4,$5,$6, $NF}' | head -60
 sed -n '/# summary/,$p' "$LOGS/torch_sdpa.log"

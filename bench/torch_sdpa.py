@@ -269,10 +269,12 @@ def main():
 
 CONFIGS = {
     64: ["bm128-bn64-w4-s2-qr", "bm128-bn128-w4-s2", "bm128-bn128-w4-s2-qr-sb64", "bm128-bn64-w4-s3-qr",
-         "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3"],
+         "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3", "ws-bm128-bn128-s3",
+         "ws-bm128-bn128-s3-pp"],
     128: ["bm128-bn64-w4-s2", "bm128-bn64-w4-s2-sb32", "bm128-bn32-w4-s2", "bm128-bn64-w8-s2-qr",
-          "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3"],
-}  # wg-*: the wgmma kernels (compute capability 9.0 only)
+          "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3", "ws-bm128-bn128-s3",
+          "ws-bm128-bn128-s3-pp"],
+}  # wg-*, ws-*: the wgmma kernels (compute capability 9.0 only)
 
 
 def fmt(x, spec):

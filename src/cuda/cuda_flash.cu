@@ -65,7 +65,9 @@ static void tc_variant_name(const fw_flash_tc_variant *v, char *buf, size_t len)
 {
     char sub[16] = "";
     if (v->sub != v->bn) snprintf(sub, sizeof sub, "-sb%d", v->sub);
-    if (v->wg)
+    if (v->wg == 2)
+        snprintf(buf, len, "ws-bm%d-bn%d-s%d%s", v->bm, v->bn, v->stages, v->qreg ? "-pp" : "");
+    else if (v->wg)
         snprintf(buf, len, "wg-bm%d-bn%d-s%d", v->bm, v->bn, v->stages);
     else
         snprintf(buf, len, "bm%d-bn%d-w%d-s%d%s%s", v->bm, v->bn, v->warps, v->stages, v->qreg ? "-qr" : "", sub);
@@ -73,7 +75,9 @@ static void tc_variant_name(const fw_flash_tc_variant *v, char *buf, size_t len)
 
 static size_t tc_variant_smem(const fw_flash_tc_variant *v)
 {
-    return v->wg ? FW_FLASH_WG_SMEM(v->d, v->bm, v->bn, v->stages) : FW_FLASH_TC_SMEM(v->d, v->bm, v->bn, v->stages);
+    if (v->wg) /* the warp-specialised kernel adds its mbarriers */
+        return FW_FLASH_WG_SMEM(v->d, v->bm, v->bn, v->stages) + (v->wg == 2 ? 256 : 0);
+    return FW_FLASH_TC_SMEM(v->d, v->bm, v->bn, v->stages);
 }
 
 /* Can this device run the variant: it fits the shared memory, and wgmma kernels need sm_90a's
@@ -163,12 +167,13 @@ static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, 
         want_bm = 64;
         want_bn = 64;
     }
-    /* Hopper (compute capability 9.0): the wgmma kernel wg-bm128-bn128-s3. H100, 2026-11-26 10:05 UTC
-     * (docs/PERF.md): at D=128 1.18-1.57x the mma.sync default at every FA-grid shape; at D=64 1.0-1.11x
-     * for L >= 1024, 0.92-0.95x at L=512. */
-    const int wg_ok = blocks128 >= 132 && (dpad == 128 || (dpad == 64 && p->seqlen_k >= 1024));
-    for (int i = 0; wg_ok && i < n; i++)
-        if (vs[i].wg && vs[i].bm == 128 && vs[i].bn == 128 && tc_variant_runs(&vs[i], di)) return i;
+    /* Hopper (compute capability 9.0): the warp-specialised wgmma + TMA kernel ws-bm128-bn128-s3. H100,
+     * 2026-11-26 10:12 UTC (docs/PERF.md): at D=128 1.17-1.46x the mma.sync default (0.78-1.09x cuDNN) at
+     * every FA-grid shape; at D=64 1.08-1.32x, except causal L=512 (0.94x). */
+    const int causal_like = p->window_right < p->seqlen_q + p->seqlen_k + 1;
+    const int ws_ok = blocks128 >= 132 && (dpad == 128 || (dpad == 64 && (p->seqlen_k >= 1024 || !causal_like)));
+    for (int i = 0; ws_ok && i < n; i++)
+        if (vs[i].wg == 2 && !vs[i].qreg && vs[i].bn == 128 && tc_variant_runs(&vs[i], di)) return i;
     int best = -1, best_score = -1;
     for (int i = 0; i < n; i++) {
         if (!tc_variant_runs(&vs[i], di) || vs[i].wg) continue;
