@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call that re-proves the tree after CPU-side changes and fills the gaps of earlier runs:
 #   build; ctest -L gpu without gpu_backward; gpu_backward with every tensor-core variant swept
-#   (FW_BWD_TC_SWEEP=1); compute-sanitizer on the backward; gpu_backward --bench (every variant's
-#   timing); naive vs flash peak device memory at L = 16k; the extended energy table last
+#   (FW_BWD_TC_SWEEP=1); compute-sanitizer on the backward (default variants and the wgmma one); gpu_backward --bench (every variant's
+#   timing); naive vs flash peak device memory at L = 16k (FW_VERIFY_SKIP_PEAK=1 skips it); the extended energy table last
 #   (FW_ENERGY_PART=ext, ~4 min; FW_VERIFY_SKIP_ENERGY=1 skips it).
 # About 8 minutes on one H100/H200. Logs: $OUT/verify.log (short results), $OUT/verify_logs.tar.gz,
 # $OUT/peak_mem.json, and $OUT/energy/ from bench/device_energy.sh.
@@ -34,19 +34,21 @@ rc=$?; [ $rc = 0 ] || status=1
 grep -E "^FAIL" "$LOGS/gpu_backward_sweep.log" | head -20
 tail -1 "$LOGS/gpu_backward_sweep.log"; echo "gpu_backward sweep: exit $rc"
 
-step "compute-sanitizer (gpu_backward --quick)"
-for tool in memcheck racecheck; do
-    FW_BWD_TC_SWEEP=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/gpu_backward" --quick > "$LOGS/bwd_sanitizer_$tool.log" 2>&1
-    rc=$?; [ $rc = 0 ] || status=1
-    echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, [0-9]+ failed' "$LOGS/bwd_sanitizer_$tool.log" | tr '\n' ' ')"
+step "compute-sanitizer (gpu_backward --quick; default variants, then the wgmma one)"
+for var in "" 5; do
+    for tool in memcheck racecheck; do
+        FW_CUDA_BWD_TC_VARIANT=$var timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/gpu_backward" --quick > "$LOGS/bwd_sanitizer_$tool$var.log" 2>&1
+        rc=$?; [ $rc = 0 ] || status=1
+        echo "variant ${var:-default} $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, [0-9]+ failed' "$LOGS/bwd_sanitizer_$tool$var.log" | tr '\n' ' ')"
+    done
 done
 
 step "gpu_backward --bench 5 (bf16; every variant)"
 FW_BWD_BENCH_MINL=1024 timeout 200 "$BUILD/gpu_backward" --bench 5 > "$LOGS/bwd_bench.log" 2>&1 || status=1
 cat "$LOGS/bwd_bench.log" | tail -30
 
-step "peak device memory, cuda-naive vs cuda-flash, L = 16k"
-for L in 4096 16384; do
+[ "${FW_VERIFY_SKIP_PEAK:-0}" = 1 ] || step "peak device memory, cuda-naive vs cuda-flash, L = 16k"
+[ "${FW_VERIFY_SKIP_PEAK:-0}" = 1 ] || for L in 4096 16384; do
     timeout 120 "$BUILD/flashwatt" bench --device cuda --backend cuda-naive,cuda-flash --batch 1 --heads 16 \
         --seqlen $L --head-dim 128 --dtype bf16 --energy 0 --warmup 2 --reps 5 --max-ref-s 0 \
         --json "$LOGS/peak_mem_$L.json" 2>&1 | tail -4

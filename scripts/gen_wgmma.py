@@ -8,6 +8,7 @@ w('''/* wgmma (sm_90a) wrappers: warpgroup matrix multiply-accumulate, f32 accum
  *
  *   wgmma_ss<T, N>(d, desc_a, desc_b, accumulate): d (m64 x N) (+)= A (m64 x k16, shared) * B (k16 x N, shared),
  *       both K-major.
+ *   wgmma_ss_tt<T, N>(...): as wgmma_ss with A M-major and B N-major (imm-trans-a = imm-trans-b = 1).
  *   wgmma_rs<T, N>(d, a, desc_b, accumulate): A (m64 x k16) from registers (the m16n8k16 A fragment of each
  *       warp's 16 rows), B N-major in shared memory (imm-trans-b = 1).
  * d is float[N/8][4]: for each n8 tile, (row g, cols 2t+0..1), (row g+8, cols 2t+0..1) of the warp's 16 rows,
@@ -37,6 +38,7 @@ template <int N> __device__ __forceinline__ void wgmma_reg_fence(float (&d)[N][4
 
 template <typename T, int N> __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t da, uint64_t db, int acc);
 template <typename T, int N> __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db, int acc);
+template <typename T, int N> __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 8][4], uint64_t da, uint64_t db, int acc);
 ''')
 for tname, ptx in (("__half", "f16"), ("__nv_bfloat16", "bf16")):
     for N in Ns:
@@ -49,6 +51,14 @@ for tname, ptx in (("__half", "f16"), ("__nv_bfloat16", "bf16")):
     asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 2}, 0;\\n"
                  "wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ptx}.{ptx} "
                  "{{{regs}}}, %{nreg}, %{nreg + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+                 : {outs}
+                 : "l"(da), "l"(db), "r"(acc));
+}}''')
+        w(f'''template <> __device__ __forceinline__ void wgmma_ss_tt<{tname}, {N}>(float (&d)[{N // 8}][4], uint64_t da, uint64_t db, int acc)
+{{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 2}, 0;\\n"
+                 "wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ptx}.{ptx} "
+                 "{{{regs}}}, %{nreg}, %{nreg + 1}, p, 1, 1, 1, 1;\\n}}\\n"
                  : {outs}
                  : "l"(da), "l"(db), "r"(acc));
 }}''')

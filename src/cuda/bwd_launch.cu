@@ -143,6 +143,17 @@ static int fw_bwd_tc_pick(const fw_problem *p, int atomic, int smem_optin)
     const char *env = getenv("FW_CUDA_BWD_TC_VARIANT");
     if (env && *env) v = atoi(env);
     if (v < 0 || v >= n) v = 0;
+    const fw_bwd_tc_variant *vs = d64 ? fw_bwd_tc_variants_d64 : fw_bwd_tc_variants_d128;
+    if (vs[v].qs < 0) { /* the wgmma kernel: sm_90a machine code, compute capability 9.0 only */
+        int maj = 0, min = 0;
+        if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, p->device.index) != cudaSuccess ||
+            cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, p->device.index) != cudaSuccess) {
+            cudaGetLastError();
+            maj = 0;
+        }
+        if (!(maj == 9 && min == 0)) v = atomic ? (d64 ? FW_BWD_TC_ATOM_FALLBACK_64 : FW_BWD_TC_ATOM_FALLBACK_128)
+                                                : (d64 ? FW_BWD_TC_DET_FALLBACK_64 : FW_BWD_TC_DET_FALLBACK_128);
+    }
     const size_t smem = d64 ? fw_bwd_tc_smem_d64(v, atomic) : fw_bwd_tc_smem_d128(v, atomic);
     return smem <= (size_t)smem_optin ? v : -1;
 }

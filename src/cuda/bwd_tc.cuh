@@ -40,7 +40,8 @@
 typedef struct fw_bwd_tc_variant {
     int d;            /* padded head dim: 64 or 128 */
     int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile;
-                       * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8) */
+                       * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8); qs = -1: the
+                       * wgmma kernel (bwd_wg.cuh, sm_90a, compute capability 9.0 only) */
     int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per step */
 } fw_bwd_tc_variant;
 
@@ -60,6 +61,11 @@ FW_BWD_TC_DECLARE(128)
 #define FW_BWD_TC_ATOM_DEFAULT_128 4
 #define FW_BWD_TC_DET_DEFAULT_64 0
 #define FW_BWD_TC_DET_DEFAULT_128 1
+/* Where a default is the wgmma variant and the device is not compute capability 9.0. */
+#define FW_BWD_TC_ATOM_FALLBACK_64 0
+#define FW_BWD_TC_ATOM_FALLBACK_128 4
+#define FW_BWD_TC_DET_FALLBACK_64 0
+#define FW_BWD_TC_DET_FALLBACK_128 1
 
 #ifdef __CUDACC__
 
@@ -128,6 +134,18 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block {
 
     __device__ __forceinline__ void init(const params &p, uint32_t sK, uint32_t sV, int tid)
     {
+        range(p);
+        const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+        const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+        tile_cursor<T, D, NT> c;
+        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sK, tid);
+        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN, SD>(sV, tid);
+    }
+    /* The block's keys and the query tiles that can see them, without loading anything. */
+    __device__ __forceinline__ void range(const params &p)
+    {
         n0 = blockIdx.x * BN;
         hk = blockIdx.y;
         b = blockIdx.z;
@@ -140,13 +158,6 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block {
         m_begin = (qlo / BM) * BM;
         m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
         total = m_tiles * p.group;
-        const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-        const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
-        tile_cursor<T, D, NT> c;
-        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
-        c.template load<BN, SD>(sK, tid);
-        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
-        c.template load<BN, SD>(sV, tid);
     }
     __device__ __forceinline__ int head(const params &p, int it) const { return hk * p.group + it / m_tiles; }
     __device__ __forceinline__ int row0(int it) const { return m_begin + (it % m_tiles) * BM; }
@@ -771,12 +782,27 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
         }
 }
 
+} /* namespace fwbt */
+#include "bwd_wg.cuh"
+namespace fwbt {
+
 template <typename T, int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ>
 static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 {
     const dim3 grid_kv((unsigned)((p.Lk + 16 * W - 1) / (16 * W)), (unsigned)(p.H / p.group), (unsigned)p.B);
     cudaError_t e;
-    if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
+    if constexpr (QS < 0) { /* the wgmma dK/dV kernel (sm_90a; BM 64, 2 warpgroups, 128 keys) */
+        static_assert(BM == 64 && W == 8, "the wgmma kernel is BM 64, 8 warps");
+        if (atomic_dq) {
+            const size_t smem = dkdv_wg_geom<D, true>::SMEM;
+            if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, true>>(smem)) != cudaSuccess) return e;
+            dkdv_wg_kernel<T, D, true><<<grid_kv, 256, smem, s>>>(p);
+            return cudaGetLastError();
+        }
+        const size_t smem = dkdv_wg_geom<D, false>::SMEM;
+        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, false>>(smem)) != cudaSuccess) return e;
+        dkdv_wg_kernel<T, D, false><<<grid_kv, 256, smem, s>>>(p);
+    } else if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
         static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
         if (atomic_dq) {
             const size_t smem = dkdv2_geom<D, true>::SMEM;
@@ -807,8 +833,9 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 
 template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t smem_of(int atomic_dq)
 {
-    if (atomic_dq) return QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
+    if (atomic_dq)
+        return QS < 0 ? dkdv_wg_geom<D, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
+    const size_t a = QS < 0 ? dkdv_wg_geom<D, false>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
     const size_t b = dq_geom<D, WQ, MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }

@@ -1,0 +1,245 @@
+/* cuda-flash backward on Hopper: the dK/dV kernel with wgmma (sm_90a; the QS < 0 variants of
+ * bwd_tc_d<D>.cu). Included by bwd_tc.cuh, whose algorithm and notation it keeps (keys as rows).
+ *
+ * Block: 2 warpgroups, BN = 128 keys (warpgroup c owns keys 64c..64c+63), query tiles of BM = 64 rows
+ * streamed through a 2-stage cp.async ring (Q, dO in the 128-byte-swizzled layout of flash_wg.cuh,
+ * lse2 and Δ as in the mma.sync kernels). Per step and warpgroup:
+ *     Sᵀ  = K_c Qᵀ,  dPᵀ = V_c dOᵀ          wgmma, A and B from shared memory (K-major)
+ *     Pᵀ, dSᵀ in registers (per query column: lse2, Δ)
+ *     dV += Pᵀ dO,   dK += dSᵀ Q             wgmma, A from registers, B N-major (transposed descriptor)
+ *     atomic mode: dSᵀ to shared memory, dQ_i += scale · dS K_c (A = dS M-major, B = K N-major, both
+ *     from shared memory), added into the f32 accumulator with float2 atomics: each warpgroup adds the
+ *     part from its own 64 keys, so the warpgroups never wait for each other.
+ * dK, dV stay in registers (f32) for the whole block and are written once. */
+#ifndef FW_BWD_WG_CUH
+#define FW_BWD_WG_CUH
+
+#include "flash_wg.cuh"
+
+namespace fwbt {
+
+template <int D, bool ATOMIC> struct dkdv_wg_geom {
+    static constexpr int BN = 128, BM = 64;
+    static constexpr uint32_t KV_BYTES = BN * D * 2;                /* K or V, swizzled */
+    static constexpr uint32_t QD_BYTES = BM * D * 2;                /* Q or dO of one stage */
+    static constexpr uint32_t STAT_BYTES = 2 * BM * 4;              /* lse2, Δ of one stage */
+    static constexpr uint32_t DS_BYTES = ATOMIC ? 2 * 64 * BM * 2 : 0; /* dSᵀ of each warpgroup */
+    static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 4 * (size_t)QD_BYTES + 2 * STAT_BYTES + DS_BYTES;
+};
+
+template <typename T, int D, bool ATOMIC>
+__global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = dkdv_wg_geom<D, ATOMIC>;
+    constexpr int NT = 256, BN = G::BN, BM = G::BM;
+    constexpr int KD = D / 16, ND = D / 8, NQ = BM / 8, KQ = BM / 16, KK = 64 / 16;
+    using namespace fwwg;
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    const uint32_t sK = base, sV = sK + G::KV_BYTES;
+    const uint32_t sStage = sV + G::KV_BYTES; /* stage s: Q at +2s·QD, dO at +(2s+1)·QD */
+    const uint32_t sStat = sStage + 4 * G::QD_BYTES;
+    const uint32_t sdS = sStat + 2 * G::STAT_BYTES; /* warpgroup c: 64 keys x BM queries at +c·64·BM·2 */
+    const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wgc = warp >> 2, g = lane >> 2, t4 = lane & 3;
+    const int krow0 = wgc * 64 + (warp & 3) * 16; /* this warp's first key row in the block */
+
+    kv_block<T, D, NT, BN, BM> kb;
+    kb.range(p);
+    const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
+    {
+        const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+        const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+        sw_cursor<T, D, NT> c;
+        c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN>(sK);
+        c.init(vg, p.v_s[2], n0, p.Lk, p.d, tid);
+        c.template load<BN>(sV);
+    }
+    auto load_step = [&](int it, int slot) {
+        const int h = kb.head(p, it), m0 = kb.row0(it);
+        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
+        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+        sw_cursor<T, D, NT> c;
+        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM>(sStage + (uint32_t)(2 * slot) * G::QD_BYTES);
+        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM>(sStage + (uint32_t)(2 * slot + 1) * G::QD_BYTES);
+        const long long r0 = ((long long)b * p.H + h) * p.Lq;
+        const uint32_t st = sStat + (uint32_t)slot * G::STAT_BYTES;
+        load_stats<BM>(st, p.lse2 + r0, m0, p.Lq, tid);
+        load_stats<BM>(st + BM * 4, p.delta + r0, m0, p.Lq, (tid + BM) % NT);
+    };
+    if (total > 0) load_step(0, 0);
+    cp_async_commit();
+
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.f;
+    /* descriptors of this warpgroup's 64 key rows (K-major for Sᵀ and dPᵀ, N-major for dQ) */
+    const uint32_t kw = sK + (uint32_t)(wgc * 64 * 128), vw = sV + (uint32_t)(wgc * 64 * 128);
+    const uint64_t dK_km = sw128_desc(kw, 16, 1024), dV_km = sw128_desc(vw, 16, 1024);
+    const uint64_t dK_nm = sw128_desc(kw, BN * 128, 1024);
+    const uint32_t dsw = sdS + (uint32_t)(wgc * 64 * BM * 2);
+    T *dS_t = reinterpret_cast<T *>(smem_raw + (dsw - raw));
+
+#pragma unroll 1
+    for (int it = 0; it < total; it++) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (it + 1 < total) load_step(it + 1, (it + 1) & 1);
+        cp_async_commit();
+
+        const int slot = it & 1;
+        const int h = kb.head(p, it), m0 = kb.row0(it);
+        const uint32_t sQ = sStage + (uint32_t)(2 * slot) * G::QD_BYTES, sdO = sQ + G::QD_BYTES;
+        const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
+
+        float s[NQ][4], dp[NQ][4];
+        {
+            const uint64_t dq_km = sw128_desc(sQ, 16, 1024), ddo_km = sw128_desc(sdO, 16, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                const uint64_t cbk = (uint64_t)((kk / 4) * 8 * BN), cbq = (uint64_t)((kk / 4) * 8 * BM),
+                               ko = (uint64_t)((kk % 4) * 2);
+                wgmma_ss<T, BM>(s, dK_km + cbk + ko, dq_km + cbq + ko, kk > 0);
+            }
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                const uint64_t cbk = (uint64_t)((kk / 4) * 8 * BN), cbq = (uint64_t)((kk / 4) * 8 * BM),
+                               ko = (uint64_t)((kk % 4) * 2);
+                wgmma_ss<T, BM>(dp, dV_km + cbk + ko, ddo_km + cbq + ko, kk > 0);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_reg_fence(s);
+            wgmma_reg_fence(dp);
+        }
+
+        /* Pᵀ and dSᵀ: rows = keys, columns = this step's queries */
+        uint32_t pa[KQ][4], dsa[KQ][4];
+        {
+            const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
+#pragma unroll
+            for (int j = 0; j < NQ; j++) {
+                const int ql = j * 8 + t4 * 2;
+                const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + ql);
+                const float2 dl = *reinterpret_cast<const float2 *>(delta_s + ql);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int kl = krow0 + g + r * 8;
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float x = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                        if (need_mask && !visible(p, m0 + ql + e, n0 + kl)) x = 0.f;
+                        s[j][r * 2 + e] = x;
+                        dp[j][r * 2 + e] = x * (dp[j][r * 2 + e] - (e ? dl.y : dl.x));
+                    }
+                    if (ATOMIC) { /* dSᵀ row kl (within the warpgroup: kl - 64 wgc), 128-byte swizzle */
+                        const int kr = kl - wgc * 64;
+                        *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dS_t) + kr * 128 +
+                                                      ((j ^ (kr & 7)) << 4) + t4 * 4) =
+                            pack2<T>::make(dp[j][r * 2], dp[j][r * 2 + 1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KQ; kk++) {
+                acc_to_a<T>(s[2 * kk], s[2 * kk + 1], pa[kk]);
+                acc_to_a<T>(dp[2 * kk], dp[2 * kk + 1], dsa[kk]);
+            }
+        }
+        if (ATOMIC) {
+            fence_proxy_async(); /* dSᵀ, written by this warpgroup's threads, is read by its wgmma */
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgc) : "memory");
+        }
+
+        /* dV += Pᵀ dO, dK += dSᵀ Q (B N-major: column blocks BM x 128 bytes apart) */
+        {
+            const uint64_t ddo_nm = sw128_desc(sdO, BM * 128, 1024), dq_nm = sw128_desc(sQ, BM * 128, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+#pragma unroll
+            for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+            wgmma_commit();
+        }
+        if (ATOMIC) {
+            /* dQ_i (BM x D) += dS_c K_c: A = dS from dSᵀ (M-major), B = K_c (N-major). At D = 128 the
+             * P·dO and dS·Q products retire first: their A registers plus dQ's accumulators would spill. */
+            if constexpr (D > 64) {
+                wgmma_wait<0>();
+                wgmma_reg_fence(dk);
+                wgmma_reg_fence(dv);
+            }
+            float acc[ND][4];
+#pragma unroll
+            for (int j = 0; j < ND; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+            const uint64_t dds = sw128_desc(dsw, 64 * 128, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KK; kk++)
+                wgmma_ss_tt<T, D>(acc, dds + (uint64_t)(kk * 16 * 128 / 16), dK_nm + (uint64_t)(kk * 16 * 128 / 16), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_reg_fence(acc);
+            wgmma_reg_fence(dk);
+            wgmma_reg_fence(dv);
+            float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = m0 + (warp & 3) * 16 + g + r * 8;
+                if (row < p.Lq) {
+                    float *dst = accg + (long long)row * p.d;
+#pragma unroll
+                    for (int j = 0; j < ND; j++) {
+                        const int col = j * 8 + t4 * 2;
+                        if (col < p.d) red_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+                    }
+                }
+            }
+        } else {
+            wgmma_wait<0>();
+            wgmma_reg_fence(dk);
+            wgmma_reg_fence(dv);
+        }
+    }
+    cp_async_wait<0>();
+
+    T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
+    T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + krow0 + g + r * 8;
+        if (key < p.Lk) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < p.d) {
+                    *reinterpret_cast<uint32_t *>(dkg + (long long)key * p.dk_s[2] + col) =
+                        pack2<T>::make(dk[j][r * 2] * p.scale, dk[j][r * 2 + 1] * p.scale);
+                    *reinterpret_cast<uint32_t *>(dvg + (long long)key * p.dv_s[2] + col) =
+                        pack2<T>::make(dv[j][r * 2], dv[j][r * 2 + 1]);
+                }
+            }
+        }
+    }
+#else
+    (void)p;
+    __trap(); /* sm_90a only: bwd_launch.cu picks it on compute capability 9.0 only */
+#endif
+}
+
+} /* namespace fwbt */
+#endif
