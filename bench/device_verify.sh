@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that re-proves the tree after CPU-side changes and fills the gaps of earlier runs:
 #   build; ctest -L gpu without gpu_backward; gpu_backward with every tensor-core variant swept
-#   (FW_BWD_TC_SWEEP=1); compute-sanitizer on the backward (default variants and the wgmma one); gpu_backward --bench (every variant's
+#   (FW_BWD_TC_SWEEP=1); compute-sanitizer on the backward (default variants and the wgmma ones); gpu_backward --bench (every variant's
 #   timing); naive vs flash peak device memory at L = 16k (FW_VERIFY_SKIP_PEAK=1 skips it); the extended energy table last
 #   (FW_ENERGY_PART=ext, ~4 min; FW_VERIFY_SKIP_ENERGY=1 skips it).
 # About 8 minutes on one H100/H200. Logs: $OUT/verify.log (short results), $OUT/verify_logs.tar.gz,
@@ -34,8 +34,8 @@ rc=$?; [ $rc = 0 ] || status=1
 grep -E "^FAIL" "$LOGS/gpu_backward_sweep.log" | head -20
 tail -1 "$LOGS/gpu_backward_sweep.log"; echo "gpu_backward sweep: exit $rc"
 
-step "compute-sanitizer (gpu_backward --quick; default variants, then the wgmma one)"
-for var in "" 5; do
+step "compute-sanitizer (gpu_backward --quick; default variants, then the wgmma ones)"
+for var in "" 5 6; do
     for tool in memcheck racecheck; do
         FW_CUDA_BWD_TC_VARIANT=$var timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/gpu_backward" --quick > "$LOGS/bwd_sanitizer_$tool$var.log" 2>&1
         rc=$?; [ $rc = 0 ] || status=1

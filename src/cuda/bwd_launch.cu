@@ -101,15 +101,18 @@ extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t 
     return 1;
 }
 
-/* dQ by atomics (default, as FlashAttention-2) or by the deterministic separate pass: the config name
- * decides where it names a mode, then the problem's deterministic flag, then FW_CUDA_BWD_DQ. */
+/* dQ by atomics (as FlashAttention-2) or by the deterministic separate pass: the config name decides
+ * where it names a mode, then the problem's deterministic flag, then FW_CUDA_BWD_DQ
+ * (deterministic|atomic); -1 where none of them does. */
 static int fw_bwd_atomic_mode(const fw_problem *p, const fw_config *cfg)
 {
     if (cfg && !strcmp(cfg->name, "bwd-atomic")) return 1;
     if (cfg && !strcmp(cfg->name, "bwd-deterministic")) return 0;
     if (p->deterministic) return 0;
     const char *env = getenv("FW_CUDA_BWD_DQ");
-    return !(env && !strcmp(env, "deterministic"));
+    if (env && !strcmp(env, "deterministic")) return 0;
+    if (env && !strcmp(env, "atomic")) return 1;
+    return -1; /* no preference: fw_cuda_backward takes the faster */
 }
 
 static int fw_bwd_rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns)
@@ -215,7 +218,14 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
                "cuda:%d allows %d", (long long)p->head_dim, fw_bwd_smem_bytes(bucket), p->device.index, optin);
         return FW_ERR_UNSUPPORTED;
     }
-    const int atomic = fw_bwd_atomic_mode(p, cfg);
+    int atomic = fw_bwd_atomic_mode(p, cfg);
+    if (atomic < 0) {
+        /* On Hopper the deterministic pipeline of wgmma kernels (dK/dV, then dQ) beat the atomic one at
+         * every FA-grid shape (H100, docs/PERF.md); elsewhere atomics, as FlashAttention-2. */
+        const int v = fw_bwd_tc_pick(p, 0, optin);
+        const fw_bwd_tc_variant *vs = p->head_dim <= 64 ? fw_bwd_tc_variants_d64 : fw_bwd_tc_variants_d128;
+        atomic = !(v >= 0 && vs[v].qs < 0);
+    }
     const int tc = fw_bwd_tc_pick(p, atomic, optin);
 
     fw_bwd_args a;

@@ -42,7 +42,8 @@ typedef struct fw_bwd_tc_variant {
     int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile;
                        * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8); qs = -1: the
                        * wgmma kernel (bwd_wg.cuh, sm_90a, compute capability 9.0 only) */
-    int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per step */
+    int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per
+                       * step; wq = -1: the wgmma dQ kernel (dq_wg_kernel, sm_90a) */
 } fw_bwd_tc_variant;
 
 /* Host launchers, one per padded head dim (bwd_tc_d<D>.cu). `variant` indexes the file's variant
@@ -56,12 +57,13 @@ FW_BWD_TC_DECLARE(64)
 FW_BWD_TC_DECLARE(128)
 /* Default variants per dQ mode (gpu_backward --bench, docs/PERF-gpu-bwd.md): at head_dim 128 the
  * atomic mode runs the 2-D tiled dK/dV kernel (variant 4), 10-17% faster than variant 0 on the H100;
- * at 64 it lost to variant 0 below L = 16k. */
+ * at 64 it lost to variant 0 below L = 16k. The deterministic mode runs the wgmma kernels (variant 6)
+ * on compute capability 9.0, the FALLBACK variants elsewhere. */
 #define FW_BWD_TC_ATOM_DEFAULT_64 0
 #define FW_BWD_TC_ATOM_DEFAULT_128 4
-#define FW_BWD_TC_DET_DEFAULT_64 0
-#define FW_BWD_TC_DET_DEFAULT_128 1
-/* Where a default is the wgmma variant and the device is not compute capability 9.0. */
+#define FW_BWD_TC_DET_DEFAULT_64 6
+#define FW_BWD_TC_DET_DEFAULT_128 6
+/* Where a default is a wgmma variant and the device is not compute capability 9.0. */
 #define FW_BWD_TC_ATOM_FALLBACK_64 0
 #define FW_BWD_TC_ATOM_FALLBACK_128 4
 #define FW_BWD_TC_DET_FALLBACK_64 0
@@ -824,10 +826,17 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
         dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)><<<grid_kv, W * 32, smem, s>>>(p);
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    using GQ = dq_geom<D, WQ, MTQ, BNQ>;
-    if ((e = fw_cuda_smem_limit<dq_kernel<T, D, WQ, MTQ, BNQ>>(GQ::SMEM)) != cudaSuccess) return e;
+    if constexpr (WQ < 0) { /* the wgmma dQ kernel (sm_90a) */
+        const size_t smem = dq_wg_geom<D>::SMEM;
+        if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, D>>(smem)) != cudaSuccess) return e;
+        const dim3 grid_q((unsigned)((p.Lq + dq_wg_geom<D>::BM - 1) / dq_wg_geom<D>::BM), (unsigned)p.H, (unsigned)p.B);
+        dq_wg_kernel<T, D><<<grid_q, 256, smem, s>>>(p);
+        return cudaGetLastError();
+    }
+    using GQ = dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>;
+    if ((e = fw_cuda_smem_limit<dq_kernel<T, D, (WQ > 0 ? WQ : 4), MTQ, BNQ>>(GQ::SMEM)) != cudaSuccess) return e;
     const dim3 grid_q((unsigned)((p.Lq + GQ::BM - 1) / GQ::BM), (unsigned)p.H, (unsigned)p.B);
-    dq_kernel<T, D, WQ, MTQ, BNQ><<<grid_q, WQ * 32, GQ::SMEM, s>>>(p);
+    dq_kernel<T, D, (WQ > 0 ? WQ : 4), MTQ, BNQ><<<grid_q, (WQ > 0 ? WQ : 4) * 32, GQ::SMEM, s>>>(p);
     return cudaGetLastError();
 }
 
@@ -836,7 +845,7 @@ template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t 
     if (atomic_dq)
         return QS < 0 ? dkdv_wg_geom<D, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
     const size_t a = QS < 0 ? dkdv_wg_geom<D, false>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
-    const size_t b = dq_geom<D, WQ, MTQ, BNQ>::SMEM;
+    const size_t b = WQ < 0 ? dq_wg_geom<D>::SMEM : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }
 

@@ -10,7 +10,8 @@
  *     atomic mode: dSᵀ to shared memory, dQ_i += scale · dS K_c (A = dS M-major, B = K N-major, both
  *     from shared memory), added into the f32 accumulator with float2 atomics: each warpgroup adds the
  *     part from its own 64 keys, so the warpgroups never wait for each other.
- * dK, dV stay in registers (f32) for the whole block and are written once. */
+ * dK, dV stay in registers (f32) for the whole block and are written once.
+ * dq_wg_kernel (below) is the deterministic mode's dQ pass on wgmma. */
 #ifndef FW_BWD_WG_CUH
 #define FW_BWD_WG_CUH
 
@@ -238,6 +239,191 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
 #else
     (void)p;
     __trap(); /* sm_90a only: bwd_launch.cu picks it on compute capability 9.0 only */
+#endif
+}
+
+
+/* Deterministic dQ on Hopper (the WQ < 0 variants): grid (⌈Lq/128⌉, H, B), 2 warpgroups of 64 query rows;
+ * Q and dO stay in shared memory, K and V tiles of BN = 64 keys cycle through 3 cp.async stages.
+ * Per key tile t and warpgroup (the forward's overlap: dQ(t-1) runs under tile t's element-wise work):
+ *     S = Q Kᵀ, dP = dO Vᵀ        wgmma, both operands K-major in shared memory
+ *     P = exp2(scale·log2e·S − lse2), dS = P ∘ (dP − Δ)   (per row: 2 rows per thread)
+ *     dQ += dS K                  wgmma, A = dS from registers, B = K N-major
+ * No atomics: each dQ row is summed by one thread in a fixed order. */
+template <int D> struct dq_wg_geom {
+    static constexpr int BM = 128, BN = 64, ST = 3;
+    static constexpr uint32_t QD_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+    static constexpr size_t SMEM = 1024 + 2 * (size_t)QD_BYTES + 2 * ST * (size_t)KV_BYTES;
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) dq_wg_kernel(const params p)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = dq_wg_geom<D>;
+    constexpr int NT = 256, BM = G::BM, BN = G::BN, ST = G::ST;
+    constexpr int KD = D / 16, ND = D / 8, NS = BN / 8, KN = BN / 16;
+    using namespace fwwg;
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const uint32_t sQ = base, sdO = sQ + G::QD_BYTES, sK = sdO + G::QD_BYTES, sV = sK + ST * G::KV_BYTES;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wgc = warp >> 2, g = lane >> 2, t4 = lane & 3;
+    const int nmb = (p.Lq + BM - 1) / BM;
+    const int mb = p.has_window ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x; /* longest first */
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+    const int m0 = mb * BM;
+    const int wrow0 = wgc * 64 + (warp & 3) * 16;
+    const int mlast = min(m0 + BM, p.Lq) - 1;
+    int lo = 0, hi = p.Lk;
+    if (p.has_window) {
+        lo = max(0, m0 + p.off - p.wl);
+        hi = min(p.Lk, mlast + p.off + p.wr + 1);
+    }
+    const int n_begin = (lo / BN) * BN;
+    const int n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
+
+    const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
+    const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
+    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+    {
+        sw_cursor<T, D, NT> c;
+        c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM>(sQ);
+        c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
+        c.template load<BM>(sdO);
+    }
+    sw_cursor<T, D, NT> kc, vc;
+    kc.init(kg, p.k_s[2], n_begin, p.Lk, p.d, tid);
+    vc.init(vg, p.v_s[2], n_begin, p.Lk, p.d, tid);
+    if (n_tiles > 0) {
+        kc.template load<BN>(sK);
+        vc.template load<BN>(sV);
+    }
+    cp_async_commit();
+
+    float l2[2], dl[2];
+    const long long r0 = ((long long)b * p.H + h) * p.Lq;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = m0 + wrow0 + g + r * 8;
+        l2[r] = i < p.Lq ? p.lse2[r0 + i] : 0.f;
+        dl[r] = i < p.Lq ? p.delta[r0 + i] : 0.f;
+    }
+    float acc[ND][4], s[NS][4], dp[NS][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+    uint32_t dsa[KN][4];
+    const uint64_t dq_km = sw128_desc(sQ + (uint32_t)(wgc * 64 * 128), 16, 1024);
+    const uint64_t ddo_km = sw128_desc(sdO + (uint32_t)(wgc * 64 * 128), 16, 1024);
+
+    auto issue_s_dp = [&](int slot) {
+        const uint64_t dk = sw128_desc(sK + (uint32_t)slot * G::KV_BYTES, 16, 1024);
+        const uint64_t dv = sw128_desc(sV + (uint32_t)slot * G::KV_BYTES, 16, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            const uint64_t cbq = (uint64_t)((kk / 4) * 8 * BM), cbk = (uint64_t)((kk / 4) * 8 * BN), ko = (uint64_t)((kk % 4) * 2);
+            wgmma_ss<T, BN>(s, dq_km + cbq + ko, dk + cbk + ko, kk > 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            const uint64_t cbq = (uint64_t)((kk / 4) * 8 * BM), cbk = (uint64_t)((kk / 4) * 8 * BN), ko = (uint64_t)((kk % 4) * 2);
+            wgmma_ss<T, BN>(dp, ddo_km + cbq + ko, dv + cbk + ko, kk > 0);
+        }
+        wgmma_commit();
+    };
+    auto issue_dq = [&](int slot) {
+        const uint64_t dk = sw128_desc(sK + (uint32_t)slot * G::KV_BYTES, BN * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KN; kk++) wgmma_rs<T, D>(acc, dsa[kk], dk + (uint64_t)(kk * 16 * 128 / 16), 1);
+        wgmma_commit();
+    };
+    /* dS of tile t (keys from n0) into s, in place */
+    auto elementwise = [&](int n0) {
+        const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
+#pragma unroll
+        for (int j = 0; j < NS; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -l2[r]));
+                    if (need_mask && !visible(p, m0 + wrow0 + g + r * 8, n0 + j * 8 + t4 * 2 + e)) x = 0.f;
+                    s[j][r * 2 + e] = x * (dp[j][r * 2 + e] - dl[r]);
+                }
+    };
+    auto ds_to_a = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < KN; kk++) acc_to_a<T>(s[2 * kk], s[2 * kk + 1], dsa[kk]);
+    };
+
+    if (n_tiles > 0) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (n_tiles > 1) {
+            kc.template load<BN>(sK + G::KV_BYTES);
+            vc.template load<BN>(sV + G::KV_BYTES);
+        }
+        cp_async_commit();
+        issue_s_dp(0);
+        wgmma_wait<0>();
+        wgmma_reg_fence(s);
+        wgmma_reg_fence(dp);
+        elementwise(n_begin);
+        ds_to_a();
+    }
+    for (int t = 1; t < n_tiles; t++) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (t + 1 < n_tiles) {
+            const uint32_t slot = (uint32_t)((t + 1) % ST);
+            kc.template load<BN>(sK + slot * G::KV_BYTES);
+            vc.template load<BN>(sV + slot * G::KV_BYTES);
+        }
+        cp_async_commit();
+        issue_s_dp(t % ST);
+        issue_dq((t - 1) % ST);
+        wgmma_wait<1>(); /* S, dP of tile t done; dQ of tile t-1 may still run */
+        wgmma_reg_fence(s);
+        wgmma_reg_fence(dp);
+        elementwise(n_begin + t * BN);
+        wgmma_wait<0>();
+        wgmma_reg_fence(acc);
+        ds_to_a();
+    }
+    if (n_tiles > 0) {
+        issue_dq((n_tiles - 1) % ST);
+        wgmma_wait<0>();
+        wgmma_reg_fence(acc);
+    }
+    cp_async_wait<0>();
+
+    T *dqg = reinterpret_cast<T *>(p.dq) + (long long)b * p.dq_s[0] + (long long)h * p.dq_s[1];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = m0 + wrow0 + g + r * 8;
+        if (row < p.Lq) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < p.d)
+                    *reinterpret_cast<uint32_t *>(dqg + (long long)row * p.dq_s[2] + col) =
+                        pack2<T>::make(acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+            }
+        }
+    }
+#else
+    (void)p;
+    __trap();
 #endif
 }
 
