@@ -61,7 +61,7 @@ FW_BWD_TC_DECLARE(128)
  * on compute capability 9.0, the FALLBACK variants elsewhere. */
 #define FW_BWD_TC_ATOM_DEFAULT_64 0
 #define FW_BWD_TC_ATOM_DEFAULT_128 4
-#define FW_BWD_TC_DET_DEFAULT_64 6
+#define FW_BWD_TC_DET_DEFAULT_64 7
 #define FW_BWD_TC_DET_DEFAULT_128 6
 /* Where a default is a wgmma variant and the device is not compute capability 9.0. */
 #define FW_BWD_TC_ATOM_FALLBACK_64 0
@@ -794,16 +794,16 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
     const dim3 grid_kv((unsigned)((p.Lk + 16 * W - 1) / (16 * W)), (unsigned)(p.H / p.group), (unsigned)p.B);
     cudaError_t e;
     if constexpr (QS < 0) { /* the wgmma dK/dV kernel (sm_90a; BM 64, 2 warpgroups, 128 keys) */
-        static_assert(BM == 64 && W == 8, "the wgmma kernel is BM 64, 8 warps");
+        static_assert((BM == 64 || BM == 128) && W == 8, "the wgmma kernel is BM 64 or 128, 8 warps");
         if (atomic_dq) {
-            const size_t smem = dkdv_wg_geom<D, true>::SMEM;
-            if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, true>>(smem)) != cudaSuccess) return e;
-            dkdv_wg_kernel<T, D, true><<<grid_kv, 256, smem, s>>>(p);
+            const size_t smem = dkdv_wg_geom<D, BM, true>::SMEM;
+            if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, true>>(smem)) != cudaSuccess) return e;
+            dkdv_wg_kernel<T, D, BM, true><<<grid_kv, 256, smem, s>>>(p);
             return cudaGetLastError();
         }
-        const size_t smem = dkdv_wg_geom<D, false>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, false>>(smem)) != cudaSuccess) return e;
-        dkdv_wg_kernel<T, D, false><<<grid_kv, 256, smem, s>>>(p);
+        const size_t smem = dkdv_wg_geom<D, BM, false>::SMEM;
+        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false>>(smem)) != cudaSuccess) return e;
+        dkdv_wg_kernel<T, D, BM, false><<<grid_kv, 256, smem, s>>>(p);
     } else if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
         static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
         if (atomic_dq) {
@@ -827,10 +827,10 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     if constexpr (WQ < 0) { /* the wgmma dQ kernel (sm_90a) */
-        const size_t smem = dq_wg_geom<D>::SMEM;
-        if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, D>>(smem)) != cudaSuccess) return e;
-        const dim3 grid_q((unsigned)((p.Lq + dq_wg_geom<D>::BM - 1) / dq_wg_geom<D>::BM), (unsigned)p.H, (unsigned)p.B);
-        dq_wg_kernel<T, D><<<grid_q, 256, smem, s>>>(p);
+        const size_t smem = dq_wg_geom<D, BNQ>::SMEM;
+        if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, D, BNQ>>(smem)) != cudaSuccess) return e;
+        const dim3 grid_q((unsigned)((p.Lq + dq_wg_geom<D, BNQ>::BM - 1) / dq_wg_geom<D, BNQ>::BM), (unsigned)p.H, (unsigned)p.B);
+        dq_wg_kernel<T, D, BNQ><<<grid_q, 256, smem, s>>>(p);
         return cudaGetLastError();
     }
     using GQ = dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>;
@@ -843,9 +843,9 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t smem_of(int atomic_dq)
 {
     if (atomic_dq)
-        return QS < 0 ? dkdv_wg_geom<D, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = QS < 0 ? dkdv_wg_geom<D, false>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
-    const size_t b = WQ < 0 ? dq_wg_geom<D>::SMEM : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
+        return QS < 0 ? dkdv_wg_geom<D, BM, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
+    const size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
+    const size_t b = WQ < 0 ? dq_wg_geom<D, BNQ>::SMEM : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }
 

@@ -1,7 +1,7 @@
 /* cuda-flash backward on Hopper: the dK/dV kernel with wgmma (sm_90a; the QS < 0 variants of
  * bwd_tc_d<D>.cu). Included by bwd_tc.cuh, whose algorithm and notation it keeps (keys as rows).
  *
- * Block: 2 warpgroups, BN = 128 keys (warpgroup c owns keys 64c..64c+63), query tiles of BM = 64 rows
+ * Block: 2 warpgroups, BN = 128 keys (warpgroup c owns keys 64c..64c+63), query tiles of BM = 64 or 128 rows
  * streamed through a 2-stage cp.async ring (Q, dO in the 128-byte-swizzled layout of flash_wg.cuh,
  * lse2 and Δ as in the mma.sync kernels). Per step and warpgroup:
  *     Sᵀ  = K_c Qᵀ,  dPᵀ = V_c dOᵀ          wgmma, A and B from shared memory (K-major)
@@ -19,8 +19,8 @@
 
 namespace fwbt {
 
-template <int D, bool ATOMIC> struct dkdv_wg_geom {
-    static constexpr int BN = 128, BM = 64;
+template <int D, int BM_, bool ATOMIC> struct dkdv_wg_geom {
+    static constexpr int BN = 128, BM = BM_;
     static constexpr uint32_t KV_BYTES = BN * D * 2;                /* K or V, swizzled */
     static constexpr uint32_t QD_BYTES = BM * D * 2;                /* Q or dO of one stage */
     static constexpr uint32_t STAT_BYTES = 2 * BM * 4;              /* lse2, Δ of one stage */
@@ -28,11 +28,11 @@ template <int D, bool ATOMIC> struct dkdv_wg_geom {
     static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 4 * (size_t)QD_BYTES + 2 * STAT_BYTES + DS_BYTES;
 };
 
-template <typename T, int D, bool ATOMIC>
+template <typename T, int D, int BM_, bool ATOMIC>
 __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using G = dkdv_wg_geom<D, ATOMIC>;
+    using G = dkdv_wg_geom<D, BM_, ATOMIC>;
     constexpr int NT = 256, BN = G::BN, BM = G::BM;
     constexpr int KD = D / 16, ND = D / 8, NQ = BM / 8, KQ = BM / 16, KK = 64 / 16;
     using namespace fwwg;
@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     const uint32_t sK = base, sV = sK + G::KV_BYTES;
     const uint32_t sStage = sV + G::KV_BYTES; /* stage s: Q at +2s·QD, dO at +(2s+1)·QD */
     const uint32_t sStat = sStage + 4 * G::QD_BYTES;
-    const uint32_t sdS = sStat + 2 * G::STAT_BYTES; /* warpgroup c: 64 keys x BM queries at +c·64·BM·2 */
+    /* warpgroup c's dSᵀ at +c·64·BM·2: BM/64 blocks of 64 keys x 64 queries (M-major for dQ's A) */
+    const uint32_t sdS = sStat + 2 * G::STAT_BYTES;
     const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -147,8 +148,8 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
                     }
                     if (ATOMIC) { /* dSᵀ row kl (within the warpgroup: kl - 64 wgc), 128-byte swizzle */
                         const int kr = kl - wgc * 64;
-                        *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dS_t) + kr * 128 +
-                                                      ((j ^ (kr & 7)) << 4) + t4 * 4) =
+                        *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dS_t) + (j / 8) * 64 * 128 +
+                                                      kr * 128 + (((j % 8) ^ (kr & 7)) << 4) + t4 * 4) =
                             pack2<T>::make(dp[j][r * 2], dp[j][r * 2 + 1]);
                     }
                 }
@@ -182,31 +183,34 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
                 wgmma_reg_fence(dk);
                 wgmma_reg_fence(dv);
             }
-            float acc[ND][4];
+#pragma unroll 1
+            for (int mb = 0; mb < BM / 64; mb++) { /* m64 blocks of this step's queries */
+                float acc[ND][4];
 #pragma unroll
-            for (int j = 0; j < ND; j++)
+                for (int j = 0; j < ND; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
-            const uint64_t dds = sw128_desc(dsw, 64 * 128, 1024);
-            wgmma_fence();
+                    for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+                const uint64_t dds = sw128_desc(dsw + (uint32_t)(mb * 64 * 128), 64 * 128, 1024);
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < KK; kk++)
-                wgmma_ss_tt<T, D>(acc, dds + (uint64_t)(kk * 16 * 128 / 16), dK_nm + (uint64_t)(kk * 16 * 128 / 16), kk > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_reg_fence(acc);
-            wgmma_reg_fence(dk);
-            wgmma_reg_fence(dv);
-            float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
+                for (int kk = 0; kk < KK; kk++)
+                    wgmma_ss_tt<T, D>(acc, dds + (uint64_t)(kk * 16 * 128 / 16), dK_nm + (uint64_t)(kk * 16 * 128 / 16), kk > 0);
+                wgmma_commit();
+                wgmma_wait<0>();
+                wgmma_reg_fence(acc);
+                wgmma_reg_fence(dk);
+                wgmma_reg_fence(dv);
+                float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = m0 + (warp & 3) * 16 + g + r * 8;
-                if (row < p.Lq) {
-                    float *dst = accg + (long long)row * p.d;
+                for (int r = 0; r < 2; r++) {
+                    const int row = m0 + mb * 64 + (warp & 3) * 16 + g + r * 8;
+                    if (row < p.Lq) {
+                        float *dst = accg + (long long)row * p.d;
 #pragma unroll
-                    for (int j = 0; j < ND; j++) {
-                        const int col = j * 8 + t4 * 2;
-                        if (col < p.d) red_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+                        for (int j = 0; j < ND; j++) {
+                            const int col = j * 8 + t4 * 2;
+                            if (col < p.d) red_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+                        }
                     }
                 }
             }
@@ -250,17 +254,17 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
  *     P = exp2(scale·log2e·S − lse2), dS = P ∘ (dP − Δ)   (per row: 2 rows per thread)
  *     dQ += dS K                  wgmma, A = dS from registers, B = K N-major
  * No atomics: each dQ row is summed by one thread in a fixed order. */
-template <int D> struct dq_wg_geom {
-    static constexpr int BM = 128, BN = 64, ST = 3;
+template <int D, int BN_> struct dq_wg_geom {
+    static constexpr int BM = 128, BN = BN_, ST = 3;
     static constexpr uint32_t QD_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
     static constexpr size_t SMEM = 1024 + 2 * (size_t)QD_BYTES + 2 * ST * (size_t)KV_BYTES;
 };
 
-template <typename T, int D>
+template <typename T, int D, int BN_>
 __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const params p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using G = dq_wg_geom<D>;
+    using G = dq_wg_geom<D, BN_>;
     constexpr int NT = 256, BM = G::BM, BN = G::BN, ST = G::ST;
     constexpr int KD = D / 16, ND = D / 8, NS = BN / 8, KN = BN / 16;
     using namespace fwwg;
