@@ -16,7 +16,7 @@ BUILD=${FW_BUILD_DIR:-build}
 
 step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee "$LOGS/nvidia-smi.txt"
-git log -1 --format='commit %h %s' 2>/dev/null || true
+echo "tree: src sha1 $(find src include -type f | sort | xargs cat | sha1sum | cut -c1-12) (the device copy's .git can be stale)"
 
 step "build"
 if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release && make -C "$BUILD" -j16; } > "$LOGS/build.log" 2>&1; then
