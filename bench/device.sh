@@ -26,14 +26,7 @@ step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv | tee "$LOGS/nvidia-smi.txt"
 nvcc --version | tail -2
 
-step "build"
-if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release && make -C "$BUILD" -j16; } > "$LOGS/build.log" 2>&1; then
-    tail -40 "$LOGS/build.log"
-    echo "BUILD FAILED"
-    status=1
-    exit
-fi
-tail -3 "$LOGS/build.log"
+build_step "$BUILD"
 
 if [ "${FW_SKIP_TESTS:-0}" != 1 ]; then
     step "ctest -L gpu"

@@ -19,12 +19,7 @@ step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv | tee "$LOGS/nvidia-smi.txt"
 echo "tree: src sha1 $(find src include -type f | sort | xargs cat | sha1sum | cut -c1-12) (the device copy's .git can be stale)"
 
-step "build"
-if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release && make -C "$BUILD" -j16; } > "$LOGS/build.log" 2>&1; then
-    grep -E "error|warning" "$LOGS/build.log" | head -20; tail -20 "$LOGS/build.log"; echo "BUILD FAILED"; status=1; exit
-fi
-grep -E "C7513|spill" "$LOGS/build.log" | head -5
-tail -1 "$LOGS/build.log"
+build_step "$BUILD"
 
 WG_CFGS="wg-bm128-bn128-s3 ws-bm128-bn128-s3 ws-bm128-bn128-s3-pp"
 if [ "${FW_FWD_SKIP_TEST:-0}" != 1 ]; then

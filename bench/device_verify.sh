@@ -18,11 +18,7 @@ step "device"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee "$LOGS/nvidia-smi.txt"
 echo "tree: src sha1 $(find src include -type f | sort | xargs cat | sha1sum | cut -c1-12) (the device copy's .git can be stale)"
 
-step "build"
-if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release && make -C "$BUILD" -j16; } > "$LOGS/build.log" 2>&1; then
-    tail -40 "$LOGS/build.log"; echo "BUILD FAILED"; status=1; exit
-fi
-tail -1 "$LOGS/build.log"
+build_step "$BUILD"
 
 step "ctest -L gpu (all but gpu_backward, which runs swept below)"
 (cd "$BUILD" && ctest -L gpu -E gpu_backward --timeout 240 -V) > "$LOGS/ctest_gpu.log" 2>&1 || status=1

@@ -11,3 +11,17 @@ finish() {
     exit $status
 }
 trap finish EXIT
+# build_step DIR: configure (Release) and make -j16 into DIR, log in $LOGS/build.log; on failure print
+# its errors and exit the script with status 1
+build_step() {
+    step "build"
+    if ! { cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release && make -C "$1" -j16; } > "$LOGS/build.log" 2>&1; then
+        grep -E "error|warning" "$LOGS/build.log" | head -20
+        tail -20 "$LOGS/build.log"
+        echo "BUILD FAILED"
+        status=1
+        exit
+    fi
+    grep -E "C7513|spill" "$LOGS/build.log" | head -5
+    tail -1 "$LOGS/build.log"
+}

@@ -417,14 +417,8 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
     const int mb = p.has_window ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x; /* longest first */
     const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
     const int m0 = mb * BM;
-    const int mlast = min(m0 + BM, p.Lq) - 1;
-    int lo = 0, hi = p.Lk;
-    if (p.has_window) {
-        lo = max(0, m0 + p.off - p.wl);
-        hi = min(p.Lk, mlast + p.off + p.wr + 1);
-    }
-    const int n_begin = (lo / BN) * BN;
-    const int n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
+    int n_begin, n_tiles;
+    key_tile_range<BM, BN>(p, m0, n_begin, n_tiles);
 
     const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
     const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];

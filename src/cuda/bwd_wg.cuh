@@ -19,6 +19,27 @@
 
 namespace fwbt {
 
+/* Rows row0 + g and row0 + g + 8 of a warp's m16 × D accumulator (the mma/wgmma C layout), times
+ * scale, into a row-major T matrix with row stride ss; rows >= nrows and columns >= d are skipped. */
+template <typename T, int ND>
+__device__ __forceinline__ void store_acc_rows(T *dst, long long ss, const float (&acc)[ND][4], int row0, int nrows,
+                                               int d, float scale, int g, int t4)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + r * 8;
+        if (row < nrows) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < d)
+                    *reinterpret_cast<uint32_t *>(dst + (long long)row * ss + col) =
+                        pack2<T>::make(acc[j][r * 2] * scale, acc[j][r * 2 + 1] * scale);
+            }
+        }
+    }
+}
+
 template <int D, int BM_, bool ATOMIC> struct dkdv_wg_geom {
     static constexpr int BN = 128, BM = BM_;
     static constexpr uint32_t KV_BYTES = BN * D * 2;                /* K or V, swizzled */
@@ -224,22 +245,8 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
 
     T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
     T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + krow0 + g + r * 8;
-        if (key < p.Lk) {
-#pragma unroll
-            for (int j = 0; j < ND; j++) {
-                const int col = j * 8 + t4 * 2;
-                if (col < p.d) {
-                    *reinterpret_cast<uint32_t *>(dkg + (long long)key * p.dk_s[2] + col) =
-                        pack2<T>::make(dk[j][r * 2] * p.scale, dk[j][r * 2 + 1] * p.scale);
-                    *reinterpret_cast<uint32_t *>(dvg + (long long)key * p.dv_s[2] + col) =
-                        pack2<T>::make(dv[j][r * 2], dv[j][r * 2 + 1]);
-                }
-            }
-        }
-    }
+    store_acc_rows<T, ND>(dkg, p.dk_s[2], dk, n0 + krow0, p.Lk, p.d, p.scale, g, t4);
+    store_acc_rows<T, ND>(dvg, p.dv_s[2], dv, n0 + krow0, p.Lk, p.d, 1.f, g, t4);
 #else
     (void)p;
     __trap(); /* sm_90a only: bwd_launch.cu picks it on compute capability 9.0 only */
@@ -280,14 +287,8 @@ __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const params p)
     const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
     const int m0 = mb * BM;
     const int wrow0 = wgc * 64 + (warp & 3) * 16;
-    const int mlast = min(m0 + BM, p.Lq) - 1;
-    int lo = 0, hi = p.Lk;
-    if (p.has_window) {
-        lo = max(0, m0 + p.off - p.wl);
-        hi = min(p.Lk, mlast + p.off + p.wr + 1);
-    }
-    const int n_begin = (lo / BN) * BN;
-    const int n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
+    int n_begin, n_tiles;
+    key_tile_range<BM, BN>(p, m0, n_begin, n_tiles);
 
     const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
     const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
@@ -412,19 +413,7 @@ __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const params p)
     cp_async_wait<0>();
 
     T *dqg = reinterpret_cast<T *>(p.dq) + (long long)b * p.dq_s[0] + (long long)h * p.dq_s[1];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = m0 + wrow0 + g + r * 8;
-        if (row < p.Lq) {
-#pragma unroll
-            for (int j = 0; j < ND; j++) {
-                const int col = j * 8 + t4 * 2;
-                if (col < p.d)
-                    *reinterpret_cast<uint32_t *>(dqg + (long long)row * p.dq_s[2] + col) =
-                        pack2<T>::make(acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
-            }
-        }
-    }
+    store_acc_rows<T, ND>(dqg, p.dq_s[2], acc, m0 + wrow0, p.Lq, p.d, p.scale, g, t4);
 #else
     (void)p;
     __trap();

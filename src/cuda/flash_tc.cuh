@@ -156,6 +156,22 @@ __device__ __forceinline__ bool tile_needs_mask(const P &p, int m0, int n0)
     return need;
 }
 
+/* The key tiles that query rows m0 .. m0 + BM - 1 may see: n_tiles tiles of BN keys from n_begin (a
+ * multiple of BN); tiles wholly outside the window/causal band are never listed. P: any kernel parameter
+ * struct with Lq, Lk, has_window, off, wl, wr. */
+template <int BM, int BN, typename P>
+__device__ __forceinline__ void key_tile_range(const P &p, int m0, int &n_begin, int &n_tiles)
+{
+    const int mlast = min(m0 + BM, p.Lq) - 1;
+    int lo = 0, hi = p.Lk;
+    if (p.has_window) {
+        lo = max(0, m0 + p.off - p.wl);
+        hi = min(p.Lk, mlast + p.off + p.wr + 1);
+    }
+    n_begin = (lo / BN) * BN;
+    n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
+}
+
 /* The A fragment (m16 × k16) of one k16 step from the accumulators of its two n8 tiles: the C layout
  * of an m16n8 product is the A layout of half a k16 step, so P (and dS) feed the next product
  * straight from registers. */
@@ -282,15 +298,8 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(const fw_flash_tc_par
     const T *kg = reinterpret_cast<const T *>(p.k) + (int64_t)b * p.k_sb + (int64_t)hk * p.k_sh;
     const T *vg = reinterpret_cast<const T *>(p.v) + (int64_t)b * p.v_sb + (int64_t)hk * p.v_sh;
 
-    /* Keys any row of this block may see. */
-    const int mlast = min(m0 + BM, p.Lq) - 1;
-    int lo = 0, hi = p.Lk;
-    if (p.has_window) {
-        lo = max(0, m0 + p.off - p.wl);
-        hi = min(p.Lk, mlast + p.off + p.wr + 1);
-    }
-    const int n_begin = (lo / BN) * BN;
-    const int n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
+    int n_begin, n_tiles; /* the key tiles any row of this block may see */
+    key_tile_range<BM, BN>(p, m0, n_begin, n_tiles);
 
     /* Prologue: Q and the first ST-1 K/V tiles. */
     {

@@ -233,19 +233,22 @@ template <typename T, int D, int BN, int BM> struct wg_rows {
     }
 };
 
-/* The key tiles a block of BM query rows from m0 visits: [n_begin, n_begin + n_tiles BN). */
-template <int BM, int BN>
-__device__ __forceinline__ void block_key_range(const fw_flash_tc_params &p, int m0, int &n_begin, int &n_tiles)
-{
-    const int mlast = min(m0 + BM, p.Lq) - 1;
-    int lo = 0, hi = p.Lk;
-    if (p.has_window) {
-        lo = max(0, m0 + p.off - p.wl);
-        hi = min(p.Lk, mlast + p.off + p.wr + 1);
+/* A forward block's coordinates: its query rows m0.. (causal-like masks run the longest blocks first),
+ * head, batch, kv head, and the key tiles its rows may see. */
+struct fwd_block {
+    int m0, h, b, hk, n_begin, n_tiles;
+    template <int BM, int BN> static __device__ __forceinline__ fwd_block of(const fw_flash_tc_params &p)
+    {
+        fwd_block k;
+        const int mb = p.reverse_m ? p.num_m_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
+        k.h = blockIdx.y;
+        k.b = blockIdx.z;
+        k.hk = k.h / p.group;
+        k.m0 = mb * BM;
+        fwtc::key_tile_range<BM, BN>(p, k.m0, k.n_begin, k.n_tiles);
+        return k;
     }
-    n_begin = (lo / BN) * BN;
-    n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
-}
+};
 
 template <typename T, int D, int BN, int NWG, int ST>
 __global__ void __launch_bounds__(NWG * 128, 1) flash_wg_kernel(const fw_flash_tc_params p)
@@ -260,12 +263,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) flash_wg_kernel(const fw_flash_t
     const uint32_t sQ = base, sK = sQ + Q_BYTES, sV = sK + ST * KV_BYTES;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-    int mb = blockIdx.x;
-    if (p.reverse_m) mb = p.num_m_blocks - 1 - mb;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-    const int m0 = mb * BM;
-    int n_begin, n_tiles;
-    block_key_range<BM, BN>(p, m0, n_begin, n_tiles);
+    const fwd_block blk = fwd_block::of<BM, BN>(p);
+    const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
     const T *qg = reinterpret_cast<const T *>(p.q) + (int64_t)b * p.q_sb + (int64_t)h * p.q_sh;
     const T *kg = reinterpret_cast<const T *>(p.k) + (int64_t)b * p.k_sb + (int64_t)hk * p.k_sh;
@@ -406,12 +405,8 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
     auto be = [&](int st) { return bars + 8u * (uint32_t)(1 + 2 * ST + st); };
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-    int mb = blockIdx.x;
-    if (p.reverse_m) mb = p.num_m_blocks - 1 - mb;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-    const int m0 = mb * BM;
-    int n_begin, n_tiles;
-    block_key_range<BM, BN>(p, m0, n_begin, n_tiles);
+    const fwd_block blk = fwd_block::of<BM, BN>(p);
+    const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
     if (tid == 0) {
         mbar_init(bq, 1);
