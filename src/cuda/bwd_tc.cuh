@@ -41,7 +41,8 @@ typedef struct fw_bwd_tc_variant {
     int d;            /* padded head dim: 64 or 128 */
     int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile;
                        * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8); qs = -1: the
-                       * wgmma kernel (bwd_wg.cuh, sm_90a, compute capability 9.0 only) */
+                       * wgmma kernel (bwd_wg.cuh, sm_90a, compute capability 9.0 only); qs = -2: the
+                       * same with the overlapped schedule (deterministic mode; atomic mode runs -1's) */
     int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per
                        * step; wq = -1: the wgmma dQ kernel (dq_wg_kernel, sm_90a) */
 } fw_bwd_tc_variant;
@@ -795,9 +796,10 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
             dkdv_wg_kernel<T, D, BM, true><<<grid_kv, 256, smem, s>>>(p);
             return cudaGetLastError();
         }
-        const size_t smem = dkdv_wg_geom<D, BM, false>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false>>(smem)) != cudaSuccess) return e;
-        dkdv_wg_kernel<T, D, BM, false><<<grid_kv, 256, smem, s>>>(p);
+        constexpr int ST = QS == -2 ? 3 : 2; /* QS = -2: the overlapped schedule */
+        const size_t smem = dkdv_wg_geom<D, BM, false, ST>::SMEM;
+        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false, ST, (QS == -2)>>(smem)) != cudaSuccess) return e;
+        dkdv_wg_kernel<T, D, BM, false, ST, (QS == -2)><<<grid_kv, 256, smem, s>>>(p);
     } else if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
         static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
         if (atomic_dq) {
@@ -838,7 +840,7 @@ template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t 
 {
     if (atomic_dq)
         return QS < 0 ? dkdv_wg_geom<D, BM, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
+    const size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false, (QS == -2 ? 3 : 2)>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
     const size_t b = WQ < 0 ? dq_wg_geom<D, BNQ>::SMEM : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }

@@ -10,7 +10,9 @@
  *     atomic mode: dSᵀ to shared memory, dQ_i += scale · dS K_c (A = dS M-major, B = K N-major, both
  *     from shared memory), added into the f32 accumulator with float2 atomics: each warpgroup adds the
  *     part from its own 64 keys, so the warpgroups never wait for each other.
- * dK, dV stay in registers (f32) for the whole block and are written once.
+ * dK, dV stay in registers (f32) for the whole block and are written once. The OVL variants
+ * (deterministic, 3 stages) issue step it's Sᵀ/dPᵀ with step it-1's dV/dK and do step it's element-wise
+ * work while those finish.
  * dq_wg_kernel (below) is the deterministic mode's dQ pass on wgmma. */
 #ifndef FW_BWD_WG_CUH
 #define FW_BWD_WG_CUH
@@ -40,20 +42,24 @@ __device__ __forceinline__ void store_acc_rows(T *dst, long long ss, const float
     }
 }
 
-template <int D, int BM_, bool ATOMIC> struct dkdv_wg_geom {
-    static constexpr int BN = 128, BM = BM_;
+template <int D, int BM_, bool ATOMIC, int ST_ = 2> struct dkdv_wg_geom {
+    static constexpr int BN = 128, BM = BM_, ST = ST_;
     static constexpr uint32_t KV_BYTES = BN * D * 2;                /* K or V, swizzled */
     static constexpr uint32_t QD_BYTES = BM * D * 2;                /* Q or dO of one stage */
     static constexpr uint32_t STAT_BYTES = 2 * BM * 4;              /* lse2, Δ of one stage */
     static constexpr uint32_t DS_BYTES = ATOMIC ? 2 * 64 * BM * 2 : 0; /* dSᵀ of each warpgroup */
-    static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 4 * (size_t)QD_BYTES + 2 * STAT_BYTES + DS_BYTES;
+    static constexpr size_t SMEM =
+        1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + ((ST * STAT_BYTES + 1023) & ~1023u) + DS_BYTES;
 };
 
-template <typename T, int D, int BM_, bool ATOMIC>
+/* OVL (deterministic only, 3 stages): step it's Sᵀ/dPᵀ products are issued together with step it-1's
+ * dV/dK products, and step it's element-wise work runs while the latter finish (the forward's overlap). */
+template <typename T, int D, int BM_, bool ATOMIC, int ST_ = 2, bool OVL = false>
 __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using G = dkdv_wg_geom<D, BM_, ATOMIC>;
+    using G = dkdv_wg_geom<D, BM_, ATOMIC, ST_>;
+    static_assert(!OVL || (!ATOMIC && ST_ == 3), "the overlapped schedule is deterministic, 3 stages");
     constexpr int NT = 256, BN = G::BN, BM = G::BM;
     constexpr int KD = D / 16, ND = D / 8, NQ = BM / 8, KQ = BM / 16, KK = 64 / 16;
     using namespace fwwg;
@@ -63,9 +69,9 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     const uint32_t base = (raw + 1023u) & ~1023u;
     const uint32_t sK = base, sV = sK + G::KV_BYTES;
     const uint32_t sStage = sV + G::KV_BYTES; /* stage s: Q at +2s·QD, dO at +(2s+1)·QD */
-    const uint32_t sStat = sStage + 4 * G::QD_BYTES;
+    const uint32_t sStat = sStage + 2 * G::ST * G::QD_BYTES;
     /* warpgroup c's dSᵀ at +c·64·BM·2: BM/64 blocks of 64 keys x 64 queries (M-major for dQ's A) */
-    const uint32_t sdS = sStat + 2 * G::STAT_BYTES;
+    const uint32_t sdS = sStat + ((G::ST * G::STAT_BYTES + 1023) & ~1023u);
     const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -113,92 +119,135 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     const uint32_t dsw = sdS + (uint32_t)(wgc * 64 * BM * 2);
     T *dS_t = reinterpret_cast<T *>(smem_raw + (dsw - raw));
 
-#pragma unroll 1
-    for (int it = 0; it < total; it++) {
+    float s[NQ][4], dp[NQ][4];
+    uint32_t pa[KQ][4], dsa[KQ][4];
+    auto stage_q = [&](int it) { return sStage + (uint32_t)(2 * (it % G::ST)) * G::QD_BYTES; };
+    /* Sᵀ = K_c Qᵀ, dPᵀ = V_c dOᵀ of step it, issued and committed */
+    auto issue_sdp = [&](int it) {
+        const uint32_t sQ = stage_q(it), sdO = sQ + G::QD_BYTES;
+        const uint64_t dq_km = sw128_desc(sQ, 16, 1024), ddo_km = sw128_desc(sdO, 16, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            const uint64_t cbk = (uint64_t)((kk / 4) * 8 * BN), cbq = (uint64_t)((kk / 4) * 8 * BM),
+                           ko = (uint64_t)((kk % 4) * 2);
+            wgmma_ss<T, BM>(s, dK_km + cbk + ko, dq_km + cbq + ko, kk > 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            const uint64_t cbk = (uint64_t)((kk / 4) * 8 * BN), cbq = (uint64_t)((kk / 4) * 8 * BM),
+                           ko = (uint64_t)((kk % 4) * 2);
+            wgmma_ss<T, BM>(dp, dV_km + cbk + ko, ddo_km + cbq + ko, kk > 0);
+        }
+        wgmma_commit();
+    };
+    /* Pᵀ and dSᵀ of step it in place of Sᵀ, dPᵀ (rows = keys, columns = the step's queries); atomic
+     * mode also stores dSᵀ to shared memory */
+    auto elementwise = [&](int it) {
+        const int m0 = kb.row0(it);
+        const float *lse2_s = stat_f + (it % G::ST) * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
+        const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
+#pragma unroll
+        for (int j = 0; j < NQ; j++) {
+            const int ql = j * 8 + t4 * 2;
+            const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + ql);
+            const float2 dl = *reinterpret_cast<const float2 *>(delta_s + ql);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int kl = krow0 + g + r * 8;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
+                    if (need_mask && !visible(p, m0 + ql + e, n0 + kl)) x = 0.f;
+                    s[j][r * 2 + e] = x;
+                    dp[j][r * 2 + e] = x * (dp[j][r * 2 + e] - (e ? dl.y : dl.x));
+                }
+                if (ATOMIC) { /* dSᵀ row kl (within the warpgroup: kl - 64 wgc), 128-byte swizzle */
+                    const int kr = kl - wgc * 64;
+                    *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dS_t) + (j / 8) * 64 * 128 +
+                                                  kr * 128 + (((j % 8) ^ (kr & 7)) << 4) + t4 * 4) =
+                        pack2<T>::make(dp[j][r * 2], dp[j][r * 2 + 1]);
+                }
+            }
+        }
+    };
+    /* the A operands of dV and dK, only once the products that read the previous ones retired */
+    auto to_a = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) {
+            acc_to_a<T>(s[2 * kk], s[2 * kk + 1], pa[kk]);
+            acc_to_a<T>(dp[2 * kk], dp[2 * kk + 1], dsa[kk]);
+        }
+    };
+    /* dV += Pᵀ dO, dK += dSᵀ Q of step it (B N-major: column blocks BM x 128 bytes apart) */
+    auto issue_dvdk = [&](int it) {
+        const uint32_t sQ = stage_q(it), sdO = sQ + G::QD_BYTES;
+        const uint64_t ddo_nm = sw128_desc(sdO, BM * 128, 1024), dq_nm = sw128_desc(sQ, BM * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+        wgmma_commit();
+    };
+    /* wait for step it's data (and every thread's previous step), then start loading step it + 1 */
+    auto next_stage = [&](int it) {
         cp_async_wait<0>();
         fence_proxy_async();
         __syncthreads();
-        if (it + 1 < total) load_step(it + 1, (it + 1) & 1);
+        if (it + 1 < total) load_step(it + 1, (it + 1) % G::ST);
         cp_async_commit();
+    };
 
-        const int slot = it & 1;
-        const int h = kb.head(p, it), m0 = kb.row0(it);
-        const uint32_t sQ = sStage + (uint32_t)(2 * slot) * G::QD_BYTES, sdO = sQ + G::QD_BYTES;
-        const float *lse2_s = stat_f + slot * (G::STAT_BYTES / 4), *delta_s = lse2_s + BM;
-
-        float s[NQ][4], dp[NQ][4];
-        {
-            const uint64_t dq_km = sw128_desc(sQ, 16, 1024), ddo_km = sw128_desc(sdO, 16, 1024);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
-                const uint64_t cbk = (uint64_t)((kk / 4) * 8 * BN), cbq = (uint64_t)((kk / 4) * 8 * BM),
-                               ko = (uint64_t)((kk % 4) * 2);
-                wgmma_ss<T, BM>(s, dK_km + cbk + ko, dq_km + cbq + ko, kk > 0);
-            }
-#pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
-                const uint64_t cbk = (uint64_t)((kk / 4) * 8 * BN), cbq = (uint64_t)((kk / 4) * 8 * BM),
-                               ko = (uint64_t)((kk % 4) * 2);
-                wgmma_ss<T, BM>(dp, dV_km + cbk + ko, ddo_km + cbq + ko, kk > 0);
-            }
-            wgmma_commit();
+    if constexpr (OVL) {
+        if (total > 0) {
+            next_stage(0);
+            issue_sdp(0);
             wgmma_wait<0>();
             wgmma_reg_fence(s);
             wgmma_reg_fence(dp);
+            elementwise(0);
+            to_a();
         }
-
-        /* Pᵀ and dSᵀ: rows = keys, columns = this step's queries */
-        uint32_t pa[KQ][4], dsa[KQ][4];
-        {
-            const bool need_mask = tile_needs_mask<BM, BN>(p, m0, n0);
-#pragma unroll
-            for (int j = 0; j < NQ; j++) {
-                const int ql = j * 8 + t4 * 2;
-                const float2 l2 = *reinterpret_cast<const float2 *>(lse2_s + ql);
-                const float2 dl = *reinterpret_cast<const float2 *>(delta_s + ql);
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int kl = krow0 + g + r * 8;
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float x = fast_exp2(fmaf(s[j][r * 2 + e], p.scale_log2, -(e ? l2.y : l2.x)));
-                        if (need_mask && !visible(p, m0 + ql + e, n0 + kl)) x = 0.f;
-                        s[j][r * 2 + e] = x;
-                        dp[j][r * 2 + e] = x * (dp[j][r * 2 + e] - (e ? dl.y : dl.x));
-                    }
-                    if (ATOMIC) { /* dSᵀ row kl (within the warpgroup: kl - 64 wgc), 128-byte swizzle */
-                        const int kr = kl - wgc * 64;
-                        *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dS_t) + (j / 8) * 64 * 128 +
-                                                      kr * 128 + (((j % 8) ^ (kr & 7)) << 4) + t4 * 4) =
-                            pack2<T>::make(dp[j][r * 2], dp[j][r * 2 + 1]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int kk = 0; kk < KQ; kk++) {
-                acc_to_a<T>(s[2 * kk], s[2 * kk + 1], pa[kk]);
-                acc_to_a<T>(dp[2 * kk], dp[2 * kk + 1], dsa[kk]);
-            }
+#pragma unroll 1
+        for (int it = 1; it < total; it++) {
+            next_stage(it);
+            issue_sdp(it);
+            issue_dvdk(it - 1);
+            wgmma_wait<1>(); /* Sᵀ, dPᵀ of step it done; dV, dK of step it-1 may still run */
+            wgmma_reg_fence(s);
+            wgmma_reg_fence(dp);
+            elementwise(it);
+            wgmma_wait<0>();
+            wgmma_reg_fence(dk);
+            wgmma_reg_fence(dv);
+            to_a();
         }
+        if (total > 0) {
+            issue_dvdk(total - 1);
+            wgmma_wait<0>();
+            wgmma_reg_fence(dk);
+            wgmma_reg_fence(dv);
+        }
+    } else {
+#pragma unroll 1
+    for (int it = 0; it < total; it++) {
+        next_stage(it);
+        issue_sdp(it);
+        wgmma_wait<0>();
+        wgmma_reg_fence(s);
+        wgmma_reg_fence(dp);
+        elementwise(it);
+        to_a();
         if (ATOMIC) {
             fence_proxy_async(); /* dSᵀ, written by this warpgroup's threads, is read by its wgmma */
             asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgc) : "memory");
         }
-
-        /* dV += Pᵀ dO, dK += dSᵀ Q (B N-major: column blocks BM x 128 bytes apart) */
-        {
-            const uint64_t ddo_nm = sw128_desc(sdO, BM * 128, 1024), dq_nm = sw128_desc(sQ, BM * 128, 1024);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
-#pragma unroll
-            for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
-            wgmma_commit();
-        }
+        issue_dvdk(it);
         if (ATOMIC) {
             /* dQ_i (BM x D) += dS_c K_c: A = dS from dSᵀ (M-major), B = K_c (N-major). At D = 128 the
              * P·dO and dS·Q products retire first: their A registers plus dQ's accumulators would spill. */
+            const int h = kb.head(p, it), m0 = kb.row0(it);
             if constexpr (D > 64) {
                 wgmma_wait<0>();
                 wgmma_reg_fence(dk);
@@ -240,6 +289,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
             wgmma_reg_fence(dk);
             wgmma_reg_fence(dv);
         }
+    }
     }
     cp_async_wait<0>();
 

@@ -503,18 +503,16 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
 /* cuTensorMapEncodeTiled from the driver, found once at run time (no libcuda at link time). */
 static inline PFN_cuTensorMapEncodeTiled_v12000 tma_encode_fn()
 {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    static int tried = 0;
-    if (!tried) {
+    /* a function-local static: initialised once, thread-safe (calls may come from several host threads) */
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
         void *f = NULL;
         cudaDriverEntryPointQueryResult q;
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
             q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
-        else
-            cudaGetLastError();
-        tried = 1;
-    }
+            return (PFN_cuTensorMapEncodeTiled_v12000)f;
+        cudaGetLastError();
+        return NULL;
+    }();
     return fn;
 }
 
