@@ -123,7 +123,8 @@ fw_status fw_context_set_stream(fw_context *ctx, void *cuda_stream);
 fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision);
 fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy);
 /* Backward only. 1: reproducible, bit-identical gradients run to run (the GPU computes dQ in a separate
- * pass without atomics, slower). 0 (default): the GPU adds dQ with atomics, as FlashAttention-2 does.
+ * pass without atomics). 0 (default): whichever is faster — on Hopper (compute capability 9.0) that is
+ * the same separate pass (its wgmma kernels), elsewhere dQ added with atomics, as FlashAttention-2 does.
  * The CPU backends are deterministic either way. */
 fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic);
 /* Device workspace in bytes that a call may take beyond its inputs and outputs; 0 (default) = no
