@@ -231,65 +231,65 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
         }
     } else {
 #pragma unroll 1
-    for (int it = 0; it < total; it++) {
-        next_stage(it);
-        issue_sdp(it);
-        wgmma_wait<0>();
-        wgmma_reg_fence(s);
-        wgmma_reg_fence(dp);
-        elementwise(it);
-        to_a();
-        if (ATOMIC) {
-            fence_proxy_async(); /* dSᵀ, written by this warpgroup's threads, is read by its wgmma */
-            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgc) : "memory");
-        }
-        issue_dvdk(it);
-        if (ATOMIC) {
-            /* dQ_i (BM x D) += dS_c K_c: A = dS from dSᵀ (M-major), B = K_c (N-major). At D = 128 the
-             * P·dO and dS·Q products retire first: their A registers plus dQ's accumulators would spill. */
-            const int h = kb.head(p, it), m0 = kb.row0(it);
-            if constexpr (D > 64) {
-                wgmma_wait<0>();
-                wgmma_reg_fence(dk);
-                wgmma_reg_fence(dv);
+        for (int it = 0; it < total; it++) {
+            next_stage(it);
+            issue_sdp(it);
+            wgmma_wait<0>();
+            wgmma_reg_fence(s);
+            wgmma_reg_fence(dp);
+            elementwise(it);
+            to_a();
+            if (ATOMIC) {
+                fence_proxy_async(); /* dSᵀ, written by this warpgroup's threads, is read by its wgmma */
+                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgc) : "memory");
             }
+            issue_dvdk(it);
+            if (ATOMIC) {
+                /* dQ_i (BM x D) += dS_c K_c: A = dS from dSᵀ (M-major), B = K_c (N-major). At D = 128 the
+                 * P·dO and dS·Q products retire first: their A registers plus dQ's accumulators would spill. */
+                const int h = kb.head(p, it), m0 = kb.row0(it);
+                if constexpr (D > 64) {
+                    wgmma_wait<0>();
+                    wgmma_reg_fence(dk);
+                    wgmma_reg_fence(dv);
+                }
 #pragma unroll 1
-            for (int mb = 0; mb < BM / 64; mb++) { /* m64 blocks of this step's queries */
-                float acc[ND][4];
+                for (int mb = 0; mb < BM / 64; mb++) { /* m64 blocks of this step's queries */
+                    float acc[ND][4];
 #pragma unroll
-                for (int j = 0; j < ND; j++)
+                    for (int j = 0; j < ND; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
-                const uint64_t dds = sw128_desc(dsw + (uint32_t)(mb * 64 * 128), 64 * 128, 1024);
-                wgmma_fence();
+                        for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+                    const uint64_t dds = sw128_desc(dsw + (uint32_t)(mb * 64 * 128), 64 * 128, 1024);
+                    wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < KK; kk++)
-                    wgmma_ss_tt<T, D>(acc, dds + (uint64_t)(kk * 16 * 128 / 16), dK_nm + (uint64_t)(kk * 16 * 128 / 16), kk > 0);
-                wgmma_commit();
-                wgmma_wait<0>();
-                wgmma_reg_fence(acc);
-                wgmma_reg_fence(dk);
-                wgmma_reg_fence(dv);
-                float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
+                    for (int kk = 0; kk < KK; kk++)
+                        wgmma_ss_tt<T, D>(acc, dds + (uint64_t)(kk * 16 * 128 / 16), dK_nm + (uint64_t)(kk * 16 * 128 / 16), kk > 0);
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    wgmma_reg_fence(acc);
+                    wgmma_reg_fence(dk);
+                    wgmma_reg_fence(dv);
+                    float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = m0 + mb * 64 + (warp & 3) * 16 + g + r * 8;
-                    if (row < p.Lq) {
-                        float *dst = accg + (long long)row * p.d;
+                    for (int r = 0; r < 2; r++) {
+                        const int row = m0 + mb * 64 + (warp & 3) * 16 + g + r * 8;
+                        if (row < p.Lq) {
+                            float *dst = accg + (long long)row * p.d;
 #pragma unroll
-                        for (int j = 0; j < ND; j++) {
-                            const int col = j * 8 + t4 * 2;
-                            if (col < p.d) red_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+                            for (int j = 0; j < ND; j++) {
+                                const int col = j * 8 + t4 * 2;
+                                if (col < p.d) red_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+                            }
                         }
                     }
                 }
+            } else {
+                wgmma_wait<0>();
+                wgmma_reg_fence(dk);
+                wgmma_reg_fence(dv);
             }
-        } else {
-            wgmma_wait<0>();
-            wgmma_reg_fence(dk);
-            wgmma_reg_fence(dv);
         }
-    }
     }
     cp_async_wait<0>();
 
