@@ -123,7 +123,7 @@ static int fw_bwd_rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns)
 /* The tensor-core kernels' variant for p, or -1 where they do not apply (f32; head_dim above 128 or not
  * a multiple of 8; a row not 16-byte aligned; not enough shared memory): then the CUDA-core kernels
  * run. FW_CUDA_BWD_TC=0 forces the CUDA-core kernels, FW_CUDA_BWD_TC_VARIANT=n picks a variant. */
-static int fw_bwd_tc_pick(const fw_problem *p, int atomic, int smem_optin)
+static int fw_bwd_tc_pick(const fw_problem *p, int atomic, const fw_cuda_device_info *di)
 {
     if (p->dtype != FW_F16 && p->dtype != FW_BF16) return -1;
     if (p->head_dim % 8 != 0 || p->head_dim > 128) return -1;
@@ -147,18 +147,11 @@ static int fw_bwd_tc_pick(const fw_problem *p, int atomic, int smem_optin)
     if (env && *env) v = atoi(env);
     if (v < 0 || v >= n) v = 0;
     const fw_bwd_tc_variant *vs = d64 ? fw_bwd_tc_variants_d64 : fw_bwd_tc_variants_d128;
-    if (vs[v].qs < 0) { /* the wgmma kernel: sm_90a machine code, compute capability 9.0 only */
-        int maj = 0, min = 0;
-        if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, p->device.index) != cudaSuccess ||
-            cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, p->device.index) != cudaSuccess) {
-            cudaGetLastError();
-            maj = 0;
-        }
-        if (!(maj == 9 && min == 0)) v = atomic ? (d64 ? FW_BWD_TC_ATOM_FALLBACK_64 : FW_BWD_TC_ATOM_FALLBACK_128)
-                                                : (d64 ? FW_BWD_TC_DET_FALLBACK_64 : FW_BWD_TC_DET_FALLBACK_128);
-    }
+    if (vs[v].qs < 0 && !fw_cuda_is_sm90a(di)) /* the wgmma kernels: sm_90a machine code */
+        v = atomic ? (d64 ? FW_BWD_TC_ATOM_FALLBACK_64 : FW_BWD_TC_ATOM_FALLBACK_128)
+                   : (d64 ? FW_BWD_TC_DET_FALLBACK_64 : FW_BWD_TC_DET_FALLBACK_128);
     const size_t smem = d64 ? fw_bwd_tc_smem_d64(v, atomic) : fw_bwd_tc_smem_d128(v, atomic);
-    return smem <= (size_t)smem_optin ? v : -1;
+    return smem <= (size_t)di->smem_optin ? v : -1;
 }
 
 /* The launches, with the workspace already allocated. */
@@ -210,23 +203,29 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
         fw_why(ex->err, ex->err_len, "cannot select cuda:%d", p->device.index);
         return FW_ERR_DEVICE;
     }
-    int optin = 0;
-    FW_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p->device.index));
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di)) {
+        fw_why(ex->err, ex->err_len, "cannot query CUDA device %d", p->device.index);
+        return FW_ERR_DEVICE;
+    }
+    const int optin = di.smem_optin;
     const int bucket = fw_bwd_bucket(p->head_dim);
     if (fw_bwd_smem_bytes(bucket) > (size_t)optin) {
         fw_why(ex->err, ex->err_len, "the CUDA backward for head_dim %lld needs %zu bytes of shared memory per block; "
                "cuda:%d allows %d", (long long)p->head_dim, fw_bwd_smem_bytes(bucket), p->device.index, optin);
         return FW_ERR_UNSUPPORTED;
     }
-    int atomic = fw_bwd_atomic_mode(p, cfg);
+    int atomic = fw_bwd_atomic_mode(p, cfg), tc;
     if (atomic < 0) {
         /* On Hopper the deterministic pipeline of wgmma kernels (dK/dV, then dQ) beat the atomic one at
          * every FA-grid shape (H100, docs/PERF.md); elsewhere atomics, as FlashAttention-2. */
-        const int v = fw_bwd_tc_pick(p, 0, optin);
+        tc = fw_bwd_tc_pick(p, 0, &di);
         const fw_bwd_tc_variant *vs = p->head_dim <= 64 ? fw_bwd_tc_variants_d64 : fw_bwd_tc_variants_d128;
-        atomic = !(v >= 0 && vs[v].qs < 0);
+        atomic = !(tc >= 0 && vs[tc].qs < 0);
+        if (atomic) tc = fw_bwd_tc_pick(p, 1, &di);
+    } else {
+        tc = fw_bwd_tc_pick(p, atomic, &di);
     }
-    const int tc = fw_bwd_tc_pick(p, atomic, optin);
 
     fw_bwd_args a;
     memset(&a, 0, sizeof a);

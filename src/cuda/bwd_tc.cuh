@@ -88,6 +88,35 @@ struct params {
     float scale, scale_log2;
 };
 
+/* The (batch b, head h) slice of one of the tensors in params: base + b·s[0] + h·s[1] elements. */
+template <typename T>
+__device__ __forceinline__ const T *head_base(const void *base, const long long (&s)[3], int b, int h)
+{
+    return reinterpret_cast<const T *>(base) + (long long)b * s[0] + (long long)h * s[1];
+}
+template <typename T> __device__ __forceinline__ T *head_base(void *base, const long long (&s)[3], int b, int h)
+{
+    return reinterpret_cast<T *>(base) + (long long)b * s[0] + (long long)h * s[1];
+}
+
+/* A dQ kernel's block (grid (⌈Lq/BM⌉, H, B)): its query rows m0.. (windowed/causal masks: the longest
+ * blocks first), head, batch, kv head, and the key tiles of BN its rows may see. */
+struct q_block {
+    int m0, h, b, hk, n_begin, n_tiles;
+    template <int BM, int BN> static __device__ __forceinline__ q_block of(const params &p)
+    {
+        q_block k;
+        const int nmb = (p.Lq + BM - 1) / BM;
+        const int mb = p.has_window ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x;
+        k.h = blockIdx.y;
+        k.b = blockIdx.z;
+        k.hk = k.h / p.group;
+        k.m0 = mb * BM;
+        key_tile_range<BM, BN>(p, k.m0, k.n_begin, k.n_tiles);
+        return k;
+    }
+};
+
 __device__ __forceinline__ void cp_async4(uint32_t saddr, const void *g, int bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr), "l"(g), "r"(bytes));
@@ -139,8 +168,8 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block {
     __device__ __forceinline__ void init(const params &p, uint32_t sK, uint32_t sV, int tid)
     {
         range(p);
-        const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-        const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+        const T *kg = head_base<T>(p.k, p.k_s, b, hk);
+        const T *vg = head_base<T>(p.v, p.v_s, b, hk);
         tile_cursor<T, D, NT> c;
         c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
         c.template load<BN, SD>(sK, tid);
@@ -170,8 +199,8 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block {
                                                int tid) const
     {
         const int h = head(p, it), m0 = row0(it);
-        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
-        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+        const T *qg = head_base<T>(p.q, p.q_s, b, h);
+        const T *dog = head_base<T>(p.dout, p.do_s, b, h);
         const uint32_t st0 = sStage + (uint32_t)(slot * S::STAGE_BYTES);
         tile_cursor<T, D, NT> c;
         c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
@@ -374,8 +403,8 @@ __global__ void __launch_bounds__(W * 32) dkdv_kernel(const params p)
     cp_async_wait<0>();
 
     /* dK (scaled) and dV of this warp's 16 keys */
-    T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
-    T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
+    T *dkg = head_base<T>(p.dk, p.dk_s, b, hk);
+    T *dvg = head_base<T>(p.dv, p.dv_s, b, hk);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key0 + r * 8;
@@ -415,17 +444,13 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int nmb = (p.Lq + BM - 1) / BM;
-    const int mb = p.has_window ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x; /* longest first */
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-    const int m0 = mb * BM;
-    int n_begin, n_tiles;
-    key_tile_range<BM, BN>(p, m0, n_begin, n_tiles);
+    const q_block blk = q_block::of<BM, BN>(p);
+    const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
-    const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
-    const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
-    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+    const T *qg = head_base<T>(p.q, p.q_s, b, h);
+    const T *dog = head_base<T>(p.dout, p.do_s, b, h);
+    const T *kg = head_base<T>(p.k, p.k_s, b, hk);
+    const T *vg = head_base<T>(p.v, p.v_s, b, hk);
     {
         tile_cursor<T, D, NT> c;
         c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
@@ -539,7 +564,7 @@ __global__ void __launch_bounds__(W * 32) dq_kernel(const params p)
     }
     cp_async_wait<0>();
 
-    T *dqg = reinterpret_cast<T *>(p.dq) + (long long)b * p.dq_s[0] + (long long)h * p.dq_s[1];
+    T *dqg = head_base<T>(p.dq, p.dq_s, b, h);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -758,8 +783,8 @@ __global__ void __launch_bounds__(256) dkdv2_kernel(const params p)
     }
     cp_async_wait<0>();
 
-    T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
-    T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
+    T *dkg = head_base<T>(p.dk, p.dk_s, b, hk);
+    T *dvg = head_base<T>(p.dv, p.dv_s, b, hk);
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll

@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     constexpr int KD = D / 16, ND = D / 8, NQ = BM / 8, KQ = BM / 16, KK = 64 / 16;
     using namespace fwwg;
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
     const uint32_t sK = base, sV = sK + G::KV_BYTES;
@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     kb.range(p);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
     {
-        const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-        const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+        const T *kg = head_base<T>(p.k, p.k_s, b, hk);
+        const T *vg = head_base<T>(p.v, p.v_s, b, hk);
         sw_cursor<T, D, NT> c;
         c.init(kg, p.k_s[2], n0, p.Lk, p.d, tid);
         c.template load<BN>(sK);
@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     }
     auto load_step = [&](int it, int slot) {
         const int h = kb.head(p, it), m0 = kb.row0(it);
-        const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
-        const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
+        const T *qg = head_base<T>(p.q, p.q_s, b, h);
+        const T *dog = head_base<T>(p.dout, p.do_s, b, h);
         sw_cursor<T, D, NT> c;
         c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
         c.template load<BM>(sStage + (uint32_t)(2 * slot) * G::QD_BYTES);
@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     }
     cp_async_wait<0>();
 
-    T *dkg = reinterpret_cast<T *>(p.dk) + (long long)b * p.dk_s[0] + (long long)hk * p.dk_s[1];
-    T *dvg = reinterpret_cast<T *>(p.dv) + (long long)b * p.dv_s[0] + (long long)hk * p.dv_s[1];
+    T *dkg = head_base<T>(p.dk, p.dk_s, b, hk);
+    T *dvg = head_base<T>(p.dv, p.dv_s, b, hk);
     store_acc_rows<T, ND>(dkg, p.dk_s[2], dk, n0 + krow0, p.Lk, p.d, p.scale, g, t4);
     store_acc_rows<T, ND>(dvg, p.dv_s[2], dv, n0 + krow0, p.Lk, p.d, 1.f, g, t4);
 #else
@@ -326,24 +326,20 @@ __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const params p)
     constexpr int KD = D / 16, ND = D / 8, NS = BN / 8, KN = BN / 16;
     using namespace fwwg;
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sdO = sQ + G::QD_BYTES, sK = sdO + G::QD_BYTES, sV = sK + ST * G::KV_BYTES;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wgc = warp >> 2, g = lane >> 2, t4 = lane & 3;
-    const int nmb = (p.Lq + BM - 1) / BM;
-    const int mb = p.has_window ? nmb - 1 - (int)blockIdx.x : (int)blockIdx.x; /* longest first */
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-    const int m0 = mb * BM;
+    const q_block blk = q_block::of<BM, BN>(p);
+    const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
     const int wrow0 = wgc * 64 + (warp & 3) * 16;
-    int n_begin, n_tiles;
-    key_tile_range<BM, BN>(p, m0, n_begin, n_tiles);
 
-    const T *qg = reinterpret_cast<const T *>(p.q) + (long long)b * p.q_s[0] + (long long)h * p.q_s[1];
-    const T *dog = reinterpret_cast<const T *>(p.dout) + (long long)b * p.do_s[0] + (long long)h * p.do_s[1];
-    const T *kg = reinterpret_cast<const T *>(p.k) + (long long)b * p.k_s[0] + (long long)hk * p.k_s[1];
-    const T *vg = reinterpret_cast<const T *>(p.v) + (long long)b * p.v_s[0] + (long long)hk * p.v_s[1];
+    const T *qg = head_base<T>(p.q, p.q_s, b, h);
+    const T *dog = head_base<T>(p.dout, p.do_s, b, h);
+    const T *kg = head_base<T>(p.k, p.k_s, b, hk);
+    const T *vg = head_base<T>(p.v, p.v_s, b, hk);
     {
         sw_cursor<T, D, NT> c;
         c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
@@ -462,7 +458,7 @@ __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const params p)
     }
     cp_async_wait<0>();
 
-    T *dqg = reinterpret_cast<T *>(p.dq) + (long long)b * p.dq_s[0] + (long long)h * p.dq_s[1];
+    T *dqg = head_base<T>(p.dq, p.dq_s, b, h);
     store_acc_rows<T, ND>(dqg, p.dq_s[2], acc, m0 + wrow0, p.Lq, p.d, p.scale, g, t4);
 #else
     (void)p;

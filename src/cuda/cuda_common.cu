@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdint.h>
+#include <atomic>
 #include "cuda_common.h"
 
 extern "C" fw_status fw_cuda_failed(const fw_exec *ex, const char *call, cudaError_t e, const char *file, int line)
@@ -103,4 +104,28 @@ extern "C" void fw_cuda_workspace_reset_peak(void)
 {
     std::lock_guard<std::mutex> lock(fw_ws_mutex);
     fw_ws_peak = fw_ws_in_use;
+}
+
+#define FW_CUDA_MAX_FACT_DEVICES 64
+extern "C" int fw_cuda_device_facts(int index, fw_cuda_device_info *out)
+{
+    /* written once per device; `known` is released after the facts so that readers see them whole */
+    static fw_cuda_device_info facts[FW_CUDA_MAX_FACT_DEVICES];
+    static std::atomic<int> known[FW_CUDA_MAX_FACT_DEVICES];
+    if (index < 0 || index >= FW_CUDA_MAX_FACT_DEVICES) return 0;
+    if (!known[index].load(std::memory_order_acquire)) {
+        int maj = 0, min = 0, sm = 0;
+        if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+            cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerBlockOptin, index) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        facts[index].cc_major = maj; /* racing writers store the same values */
+        facts[index].cc_minor = min;
+        facts[index].smem_optin = sm;
+        known[index].store(1, std::memory_order_release);
+    }
+    *out = facts[index];
+    return 1;
 }

@@ -62,6 +62,14 @@ extern "C" {
 cudaError_t fw_cuda_ws_alloc(void **ptr, size_t bytes, cudaStream_t stream);
 /* Returns memory from fw_cuda_ws_alloc (same byte count), ordered on `stream`. */
 cudaError_t fw_cuda_ws_free(void *ptr, size_t bytes, cudaStream_t stream);
+/* Facts of one device, read once per device (cudaDeviceGetAttribute is cheap, but not free, and the
+ * launch paths ask on every call). Returns 0 if the device cannot be queried. */
+typedef struct fw_cuda_device_info {
+    int cc_major, cc_minor, smem_optin;
+} fw_cuda_device_info;
+int fw_cuda_device_facts(int index, fw_cuda_device_info *out);
+/* Compute capability 9.0: where the sm_90a machine code (wgmma, setmaxnreg) runs. */
+static inline int fw_cuda_is_sm90a(const fw_cuda_device_info *d) { return d->cc_major == 9 && d->cc_minor == 0; }
 size_t fw_cuda_workspace_peak(void);
 size_t fw_cuda_workspace_in_use(void);
 void fw_cuda_workspace_reset_peak(void);

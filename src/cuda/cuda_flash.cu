@@ -8,35 +8,6 @@
 #include "flash_tc.cuh"
 #include "flash_wg.cuh"
 
-#define FW_TC_MAX_DEVICES 64
-
-/* Per-device facts, read once (cudaDeviceGetAttribute is cheap, but not free). */
-typedef struct {
-    int known, cc_major, cc_minor, smem_optin;
-} tc_device_info;
-static tc_device_info tc_devices[FW_TC_MAX_DEVICES];
-
-static int tc_device(int index, tc_device_info *out)
-{
-    if (index < 0 || index >= FW_TC_MAX_DEVICES) return 0;
-    tc_device_info *d = &tc_devices[index];
-    if (!d->known) {
-        int maj = 0, min = 0, sm = 0;
-        if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
-            cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerBlockOptin, index) != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        d->cc_major = maj;
-        d->cc_minor = min;
-        d->smem_optin = sm;
-        d->known = 1;
-    }
-    *out = *d;
-    return 1;
-}
-
 /* The padded head dim that runs head_dim d, or 0. */
 static int tc_padded_dim(int64_t d)
 {
@@ -82,9 +53,9 @@ static size_t tc_variant_smem(const fw_flash_tc_variant *v)
 
 /* Can this device run the variant: it fits the shared memory, and wgmma kernels need sm_90a's
  * machine code, which runs on compute capability 9.0 only. */
-static int tc_variant_runs(const fw_flash_tc_variant *v, const tc_device_info *di)
+static int tc_variant_runs(const fw_flash_tc_variant *v, const fw_cuda_device_info *di)
 {
-    if (v->wg && !(di->cc_major == 9 && di->cc_minor == 0)) return 0;
+    if (v->wg && !fw_cuda_is_sm90a(di)) return 0;
     if (v->wg && getenv("FW_CUDA_FLASH_WG") && !strcmp(getenv("FW_CUDA_FLASH_WG"), "0")) return 0;
     return (int)tc_variant_smem(v) <= di->smem_optin;
 }
@@ -113,8 +84,8 @@ static int tc_supports(const fw_problem *p, char *why, size_t why_len)
                       (long long)p->head_dim);
     if (p->head_dim > 256)
         return fw_why(why, why_len, "head_dim %lld is above cuda-flash's 256", (long long)p->head_dim);
-    tc_device_info di;
-    if (!tc_device(p->device.index, &di))
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di))
         return fw_why(why, why_len, "cannot query CUDA device %d", p->device.index);
     if (di.cc_major < 8)
         return fw_why(why, why_len, "cuda-flash needs compute capability 8.0 or newer (mma.sync bf16, cp.async); device %d is %d.%d",
@@ -140,7 +111,7 @@ static int tc_supports(const fw_problem *p, char *why, size_t why_len)
 }
 
 /* Index (into the padded dim's variant list) of the default configuration for p. */
-static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, int n, const tc_device_info *di)
+static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, int n, const fw_cuda_device_info *di)
 {
     /* An explicit override for benchmarking and tuning: FW_CUDA_FLASH_CONFIG=bm128-bn64-w4-s2 */
     const char *env = getenv("FW_CUDA_FLASH_CONFIG");
@@ -191,8 +162,8 @@ static int tc_configs(const fw_problem *p, fw_config *out, int max)
 {
     int n = 0;
     const fw_flash_tc_variant *vs = tc_variants(tc_padded_dim(p->head_dim), &n);
-    tc_device_info di;
-    if (!vs || max < 1 || !tc_device(p->device.index, &di)) {
+    fw_cuda_device_info di;
+    if (!vs || max < 1 || !fw_cuda_device_facts(p->device.index, &di)) {
         if (max >= 1) memset(out, 0, sizeof *out);
         return 1;
     }
@@ -217,7 +188,7 @@ static int tc_configs(const fw_problem *p, fw_config *out, int max)
     return count;
 }
 
-static const fw_flash_tc_variant *tc_pick(const fw_problem *p, const fw_config *cfg, const tc_device_info *di)
+static const fw_flash_tc_variant *tc_pick(const fw_problem *p, const fw_config *cfg, const fw_cuda_device_info *di)
 {
     int n = 0;
     const fw_flash_tc_variant *vs = tc_variants(tc_padded_dim(p->head_dim), &n);
@@ -249,8 +220,8 @@ static fw_status tc_forward(const fw_problem *p, const fw_config *cfg, const fw_
         fw_why(ex->err, ex->err_len, "%s", why);
         return FW_ERR_UNSUPPORTED;
     }
-    tc_device_info di;
-    if (!tc_device(p->device.index, &di)) {
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di)) {
         fw_why(ex->err, ex->err_len, "cannot query CUDA device %d", p->device.index);
         return FW_ERR_DEVICE;
     }

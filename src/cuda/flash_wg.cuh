@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) flash_wg_kernel(const fw_flash_t
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
     static_assert(D % 64 == 0 && BN % 64 == 0 && ST == 3, "wgmma tile shapes");
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = sQ + Q_BYTES, sV = sK + ST * KV_BYTES;
 
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
     static_assert(D % 64 == 0 && BN % 64 == 0 && ST >= 2, "wgmma tile shapes");
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = sQ + Q_BYTES, sV = sK + ST * KV_BYTES;
     const uint32_t bars = sV + ST * KV_BYTES; /* q_full, k_full[ST], v_full[ST], empty[ST] (8 bytes each) */
