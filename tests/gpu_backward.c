@@ -529,10 +529,14 @@ static double bench_mat(const fw_problem *p0, int reps, double *t)
     return ms;
 }
 
+/* Tensor-core variants of the longest list (bwd_tc_d64.cu; at head_dim 128 an index past its list
+ * runs variant 0). */
+enum { BWD_TC_VARIANTS = 9 };
+
 static void bench(int reps)
 {
-    /* columns: the default tensor-core variant of each dQ mode (det, atom), then variants 0..4 per mode */
-    enum { NVAR = 9, NCOL = 2 + 2 * NVAR };
+    /* columns: the default tensor-core variant of each dQ mode (det, atom), then every variant per mode */
+    enum { NVAR = BWD_TC_VARIANTS, NCOL = 2 + 2 * NVAR };
     const char *col_cfg[NCOL], *col_var[NCOL]; /* col_var NULL: the mode's default */
     static const char *var_names[NVAR] = {"0", "1", "2", "3", "4", "5", "6", "7", "8"};
     char col_name[NCOL][16];
@@ -666,7 +670,7 @@ int main(int argc, char **argv)
             for (int d = 0; d < 3; d++) run_case(&cs[i], dts[d], modes, 100 + 3 * i + (uint64_t)d);
         const char *sweep = getenv("FW_BWD_TC_SWEEP");
         if (sweep && !strcmp(sweep, "1") && !use_cpu)
-            for (int v = 0; v < 9; v++) { /* every variant, defaults included (they differ per mode) */
+            for (int v = 0; v < BWD_TC_VARIANTS; v++) { /* every variant, defaults included (they differ per mode) */
                 char vs[8];
                 snprintf(vs, sizeof vs, "%d", v);
                 setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);
