@@ -34,9 +34,7 @@ def _describable(t: torch.Tensor) -> torch.Tensor:
 def descriptor(t: torch.Tensor) -> bytes:
     """Packed fw_tensor of a 4-D logical (B, H, S, D) tensor: its own data pointer and strides."""
     if t.is_cuda:
-        idx = t.device.index
-        return _lib.pack_tensor(t.data_ptr(), _DTYPES[t.dtype], _lib.DEVICE_CUDA,
-                                idx if idx is not None else torch.cuda.current_device(), t.shape, t.stride())
+        return _lib.pack_tensor(t.data_ptr(), _DTYPES[t.dtype], _lib.DEVICE_CUDA, t.get_device(), t.shape, t.stride())
     return _lib.pack_tensor(t.data_ptr(), _DTYPES[t.dtype], _lib.DEVICE_CPU, 0, t.shape, t.stride())
 
 
@@ -80,23 +78,32 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: _lib.FwAt
             context: Optional[Context], backend: Optional[str], want_lse: bool, layout: str = "bhsd"
             ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """One fw_attention_forward on logical (B, H, S, D) tensors; returns (o, lse or None)."""
-    q, k, v = _describable(q), _describable(k), _describable(v)
-    o = _empty_like_user(q, layout)
-    B, H, Lq, _ = q.shape
-    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if want_lse else None
-    dq_, dk_, dv_, do_ = descriptor(q), descriptor(k), descriptor(v), descriptor(o)
-    ctx = context if context is not None else default_context()
-    fn, h, lp, pb = ctx._lib.fw_forward_packed, ctx.handle, _lse_ptr(lse), bytes(params)
-    raise_for(*_run(ctx, backend, q, lambda: fn(h, dq_, dk_, dv_, do_, lp, pb)))
+    o, lse, _ = _forward_described(_describable(q), _describable(k), _describable(v), params, context, backend,
+                                   want_lse, layout)
     return o, lse
 
 
-def backward(q, k, v, o, lse, dout, params, context, backend):
+def _forward_described(q, k, v, params, context, backend, want_lse, layout):
+    """forward() on tensors _describable already passed; also returns the descriptors of q, k, v, o
+    (the autograd Function hands them to the backward, which sees the same tensors)."""
+    o = _empty_like_user(q, layout)
+    B, H, Lq, _ = q.shape
+    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if want_lse else None
+    descs = (descriptor(q), descriptor(k), descriptor(v), descriptor(o))
+    ctx = context if context is not None else default_context()
+    fn, h, lp, pb = ctx._lib.fw_forward_packed, ctx.handle, _lse_ptr(lse), bytes(params)
+    raise_for(*_run(ctx, backend, q, lambda: fn(h, descs[0], descs[1], descs[2], descs[3], lp, pb)))
+    return o, lse, descs
+
+
+def backward(q, k, v, o, lse, dout, params, context, backend, descs=None):
     """One fw_attention_backward; returns (dq, dk, dv) shaped like q, k, v. Raises
-    NotImplementedError (FlashwattNotImplementedError) where no backend has a backward."""
+    NotImplementedError (FlashwattNotImplementedError) where no backend has a backward. descs: the
+    packed descriptors of q, k, v, o where the caller has them (the autograd Function's forward)."""
     dout = _describable(dout)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    d = [descriptor(t) for t in (q, k, v, o, dout, dq, dk, dv)]
+    dqkv = descs if descs is not None else (descriptor(q), descriptor(k), descriptor(v), descriptor(o))
+    d = dqkv + (descriptor(dout), descriptor(dq), descriptor(dk), descriptor(dv))
     ctx = context if context is not None else default_context()
     fn, h, lp, pb = ctx._lib.fw_backward_packed, ctx.handle, _lse_ptr(lse), bytes(params)
     st, msg = _run(ctx, backend, q, lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], pb))
@@ -112,24 +119,26 @@ class AttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(fctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params_t: tuple,
+    def forward(fctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: _lib.FwAttnParams,
                 context: Optional[Context], backend: Optional[str], layout: str):
-        params = _lib.FwAttnParams(*params_t)
         q, k, v = _describable(q), _describable(k), _describable(v)
-        o, lse = forward(q, k, v, params, context, backend, want_lse=True, layout=layout)
+        o, lse, descs = _forward_described(q, k, v, params, context, backend, True, layout)
         fctx.save_for_backward(q, k, v, o, lse)
-        fctx.params_t = params_t
+        fctx.params = params  # made for this call (make_params) and never changed
+        fctx.descs = descs  # of q, k, v, o: the saved tensors themselves, so the backward reuses them
         fctx.context = context  # None: the default context of whichever thread runs backward
         fctx.backend = backend
         fctx.mark_non_differentiable(lse)
+        fctx.set_materialize_grads(False)  # no zero tensor for the LSE's (unused) gradient
         return o, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(fctx: Any, dout: torch.Tensor, dlse: Optional[torch.Tensor]):
+    def backward(fctx: Any, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]):
         q, k, v, o, lse = fctx.saved_tensors
-        params = _lib.FwAttnParams(*fctx.params_t)
-        dq, dk, dv = backward(q, k, v, o, lse, dout, params, fctx.context, fctx.backend)
+        if dout is None:  # only the LSE was used: no gradient flows to q, k, v
+            return None, None, None, None, None, None, None
+        dq, dk, dv = backward(q, k, v, o, lse, dout, fctx.params, fctx.context, fctx.backend, fctx.descs)
         return dq, dk, dv, None, None, None, None
 
 
@@ -138,8 +147,7 @@ def attention(q, k, v, params: _lib.FwAttnParams, context, backend, return_lse: 
     qv, kv, vv = (_logical(t, n, layout) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (qv, kv, vv))
     if needs_grad:
-        params_t = (params.scale, params.causal, params.window_left, params.window_right)
-        o, lse = AttentionFunction.apply(qv, kv, vv, params_t, context, backend, layout)
+        o, lse = AttentionFunction.apply(qv, kv, vv, params, context, backend, layout)
     else:
         o, lse = forward(qv, kv, vv, params, context, backend, want_lse=return_lse, layout=layout)
     out = o.transpose(1, 2) if layout == "bshd" else o

@@ -77,16 +77,126 @@ template <> struct fw_bwd_io<__nv_bfloat16> {
     static __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 };
 
-/* rowsum(o ∘ dout) over D elements, one warp per row (lane = threadIdx.x % 32); every lane gets it. */
-template <typename T>
-__device__ __forceinline__ float fw_bwd_row_delta(const T *orow, const T *drow, int D, int lane)
+/* rowsum(o ∘ dout) over D elements by FW_BWD_DELTA_LANES consecutive lanes (sub = lane index within
+ * them); every one of them gets the sum. vec: both rows 16-byte aligned and D a multiple of 16 bytes, so
+ * each lane reads 16-byte vectors (a 64-dim bf16 row is one 16-byte load per lane). Lanes of rows past
+ * the end must still call it (the shuffles take all 32 lanes) with D = 0. */
+#define FW_BWD_DELTA_LANES 8
+template <typename T> __device__ __forceinline__ float fw_bwd_dot16(const uint4 &x, const uint4 &y);
+template <> __device__ __forceinline__ float fw_bwd_dot16<float>(const uint4 &x, const uint4 &y)
 {
+    return __uint_as_float(x.x) * __uint_as_float(y.x) + __uint_as_float(x.y) * __uint_as_float(y.y) +
+           __uint_as_float(x.z) * __uint_as_float(y.z) + __uint_as_float(x.w) * __uint_as_float(y.w);
+}
+template <typename T2, float2 (*TO_F2)(T2)>
+__device__ __forceinline__ float fw_bwd_dot16_pairs(const uint4 &x, const uint4 &y)
+{
+    const T2 *a = reinterpret_cast<const T2 *>(&x), *b = reinterpret_cast<const T2 *>(&y);
     float sum = 0.0f;
-    for (int d = lane; d < D; d += 32) sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
 #pragma unroll
-    for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    for (int j = 0; j < 4; j++) {
+        const float2 u = TO_F2(a[j]), v = TO_F2(b[j]);
+        sum = fmaf(u.x, v.x, fmaf(u.y, v.y, sum));
+    }
     return sum;
 }
+__device__ __forceinline__ float2 fw_half2_f2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 fw_bf162_f2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+template <> __device__ __forceinline__ float fw_bwd_dot16<__half>(const uint4 &x, const uint4 &y)
+{
+    return fw_bwd_dot16_pairs<__half2, fw_half2_f2>(x, y);
+}
+template <> __device__ __forceinline__ float fw_bwd_dot16<__nv_bfloat16>(const uint4 &x, const uint4 &y)
+{
+    return fw_bwd_dot16_pairs<__nv_bfloat162, fw_bf162_f2>(x, y);
+}
+
+template <typename T>
+__device__ __forceinline__ float fw_bwd_row_delta(const T *orow, const T *drow, int D, int sub, int vec)
+{
+    float sum = 0.0f;
+    if (vec) {
+        constexpr int V = 16 / sizeof(T);
+        for (int d = sub * V; d < D; d += FW_BWD_DELTA_LANES * V)
+            sum += fw_bwd_dot16<T>(*reinterpret_cast<const uint4 *>(orow + d), *reinterpret_cast<const uint4 *>(drow + d));
+    } else {
+        for (int d = sub; d < D; d += FW_BWD_DELTA_LANES)
+            sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
+    }
+#pragma unroll
+    for (int m = FW_BWD_DELTA_LANES / 2; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    return sum;
+}
+
+/* vec of fw_bwd_row_delta for one (B, H, L, D) tensor: aligned base, every used stride and D multiples of 16 bytes. */
+template <typename T>
+static inline int fw_bwd_rows_vec16(const void *ptr, const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int64_t D)
+{
+    constexpr int64_t V = 16 / sizeof(T);
+    const int64_t n[3] = {nb, nh, ns};
+    if (((uintptr_t)ptr & 15u) != 0 || D % V != 0) return 0;
+    for (int i = 0; i < 3; i++)
+        if (n[i] > 1 && s[i] % V != 0) return 0;
+    return 1;
+}
+
+/* Δ_i = rowsum(dO_i ∘ O_i) in f32 over the rows (b, h, i) of (B, H, Lq), stored at (b·H + h)·Lq + i;
+ * with lse2, also lse2_i = LSE_i · log2 e, +inf where LSE = −inf (a row that sees no key: the tensor-core
+ * kernels' P = exp2(x − lse2) = 0). FW_BWD_DELTA_LANES lanes per row, grid (row blocks, H, B). */
+#define FW_BWD_DELTA_ROWS (256 / FW_BWD_DELTA_LANES)
+struct fw_bwd_delta_args {
+    const void *o, *dout;
+    long long o_s[3], do_s[3];
+    const float *lse;
+    float *delta, *lse2;
+    int H, Lq, D, vec;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_delta_args a)
+{
+    const int sub = threadIdx.x % FW_BWD_DELTA_LANES;
+    const int i = blockIdx.x * FW_BWD_DELTA_ROWS + threadIdx.x / FW_BWD_DELTA_LANES;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const bool live = i < a.Lq;
+    const T *orow = (const T *)a.o + (long long)b * a.o_s[0] + (long long)h * a.o_s[1] + (long long)i * a.o_s[2];
+    const T *drow = (const T *)a.dout + (long long)b * a.do_s[0] + (long long)h * a.do_s[1] + (long long)i * a.do_s[2];
+    const float sum = fw_bwd_row_delta<T>(orow, drow, live ? a.D : 0, sub, a.vec);
+    if (live && sub == 0) {
+        const long long row = ((long long)b * a.H + h) * a.Lq + i;
+        a.delta[row] = sum;
+        if (a.lse2) {
+            const float l = a.lse[row];
+            a.lse2[row] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+        }
+    }
+}
+
+#ifndef FW_BWD_EMULATE
+/* Launches fw_bwd_delta_kernel for p on s (lse2 may be NULL); the caller checks the launch. */
+template <typename T>
+static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *lse2, cudaStream_t s)
+{
+    fw_bwd_delta_args a;
+    a.o = p->o;
+    a.dout = p->dout;
+    for (int i = 0; i < 3; i++) {
+        a.o_s[i] = p->o_stride[i];
+        a.do_s[i] = p->do_stride[i];
+    }
+    a.lse = p->lse;
+    a.delta = delta;
+    a.lse2 = lse2;
+    a.H = (int)p->heads;
+    a.Lq = (int)p->seqlen_q;
+    a.D = (int)p->head_dim;
+    a.vec = fw_bwd_rows_vec16<T>(p->o, p->o_stride, p->batch, p->heads, p->seqlen_q, p->head_dim) &&
+            fw_bwd_rows_vec16<T>(p->dout, p->do_stride, p->batch, p->heads, p->seqlen_q, p->head_dim);
+    const dim3 grid((unsigned)((p->seqlen_q + FW_BWD_DELTA_ROWS - 1) / FW_BWD_DELTA_ROWS), (unsigned)p->heads,
+                    (unsigned)p->batch);
+    fw_bwd_delta_kernel<T><<<grid, 256, 0, s>>>(a);
+}
+#endif
 
 /* Tile geometry of one bucket. */
 template <int DB> struct fw_bwd_tile;

@@ -27,33 +27,7 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
 /* 1 if fw_cuda_backward can run p; else 0 with the reason. */
 extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len);
 
-#define FW_BWD_ROWS_PER_BLOCK 8 /* one warp per row, 256 threads */
 #define FW_BWD_MAX_BLOCKS (1u << 20)
-
-/* Δ_i = rowsum(dO_i ∘ O_i) in f32, one warp per row of (B, H, Lq); for the tensor-core kernels also
- * lse2_i = LSE_i · log2 e, +inf where LSE = −inf (a row that sees no key: P = exp2(x − lse2) = 0). */
-template <typename T>
-__global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_args a, float *delta, float *lse2)
-{
-    const long long rows = (long long)a.B * a.H * a.Lq;
-    const int lane = threadIdx.x % 32;
-    const T *o = (const T *)a.o, *dout = (const T *)a.dout;
-    for (long long row = (long long)blockIdx.x * FW_BWD_ROWS_PER_BLOCK + threadIdx.x / 32; row < rows;
-         row += (long long)gridDim.x * FW_BWD_ROWS_PER_BLOCK) {
-        const long long i = row % a.Lq, bh = row / a.Lq;
-        const long long h = bh % a.H, b = bh / a.H;
-        const T *orow = o + b * a.o_s[0] + h * a.o_s[1] + i * a.o_s[2];
-        const T *drow = dout + b * a.do_s[0] + h * a.do_s[1] + i * a.do_s[2];
-        const float sum = fw_bwd_row_delta<T>(orow, drow, a.D, lane);
-        if (lane == 0) {
-            delta[row] = sum;
-            if (lse2) {
-                const float l = a.lse[row];
-                lse2[row] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-            }
-        }
-    }
-}
 
 /* Atomic mode: the f32 dQ accumulator (B, H, Lq, D) into dq (output dtype and strides). */
 template <typename T>
@@ -160,12 +134,11 @@ static fw_status fw_bwd_run(const fw_problem *p, fw_bwd_args *a, int atomic, int
     const cudaStream_t s = (cudaStream_t)ex->stream;
     const long long rows = (long long)p->batch * p->heads * p->seqlen_q;
     const int dt = p->dtype == FW_F32 ? FW_BWD_F32 : p->dtype == FW_F16 ? FW_BWD_F16 : FW_BWD_BF16;
-    const unsigned dblocks = fw_bwd_blocks(rows, FW_BWD_ROWS_PER_BLOCK);
     float *delta = (float *)a->delta, *lse2 = (float *)a->lse2;
     switch (dt) {
-    case FW_BWD_F32: fw_bwd_delta_kernel<float><<<dblocks, 256, 0, s>>>(*a, delta, lse2); break;
-    case FW_BWD_F16: fw_bwd_delta_kernel<__half><<<dblocks, 256, 0, s>>>(*a, delta, lse2); break;
-    default: fw_bwd_delta_kernel<__nv_bfloat16><<<dblocks, 256, 0, s>>>(*a, delta, lse2); break;
+    case FW_BWD_F32: fw_bwd_launch_delta<float>(p, delta, lse2, s); break;
+    case FW_BWD_F16: fw_bwd_launch_delta<__half>(p, delta, lse2, s); break;
+    default: fw_bwd_launch_delta<__nv_bfloat16>(p, delta, lse2, s); break;
     }
     FW_CUDA_CHECK_LAUNCH();
     if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));

@@ -37,7 +37,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "cuda_blas.h"
-#include "bwd_kernel.cuh" /* fw_bwd_io, fw_bwd_row_delta */
+#include "bwd_kernel.cuh" /* fw_bwd_io, fw_bwd_launch_delta */
 #include "bwd_materialize.h"
 
 #define MAT_ALIGN ((size_t)256)
@@ -243,30 +243,6 @@ __global__ void __launch_bounds__(256) mat_unpack_kernel(const float *src, T *ds
         fw_bwd_io<T>::st(dst + mat_strided(s, idx), src[idx]);
 }
 
-/* Δ_row = Σ_d dO·O over the rows (b, h, i) of (B, H, Lq), one warp per row. */
-struct mat_delta_args {
-    const void *o, *dout;
-    long long o_s[3], do_s[3];
-    long long H, Lq, rows;
-    int D;
-    float *delta;
-};
-
-template <typename T>
-__global__ void __launch_bounds__(256) mat_delta_kernel(mat_delta_args a)
-{
-    const int lane = threadIdx.x & 31;
-    const T *o = (const T *)a.o, *dout = (const T *)a.dout;
-    for (long long row = blockIdx.x * 8LL + (threadIdx.x >> 5); row < a.rows; row += gridDim.x * 8LL) {
-        const long long i = row % a.Lq, bh = row / a.Lq;
-        const long long h = bh % a.H, b = bh / a.H;
-        const T *orow = o + b * a.o_s[0] + h * a.o_s[1] + i * a.o_s[2];
-        const T *drow = dout + b * a.do_s[0] + h * a.do_s[1] + i * a.do_s[2];
-        const float sum = fw_bwd_row_delta<T>(orow, drow, a.D, lane);
-        if (lane == 0) a.delta[row] = sum;
-    }
-}
-
 /* Step 3 over the rows of one chunk. Row ρ of the chunk's workspace: unit u0 + ρ / (g·Lq), query head
  * r0 + (ρ mod g·Lq) / Lq of the group, query i = ρ mod Lq; its (B, H, Lq) row is (u·group + r)·Lq + i. */
 struct mat_grad_args {
@@ -377,14 +353,8 @@ static fw_status mat_run(const fw_problem *p, const fw_bwd_mat_plan *pl, const m
     if (vv.copy) { mat_pack<T>(p->v, p->v_stride, ws + l->vc, Hkv, Lk, p, s); v = ws + l->vc; }
     FW_CUDA_CHECK_LAUNCH();
 
-    {   /* Δ */
-        mat_delta_args da;
-        da.o = p->o; da.dout = p->dout;
-        for (int i = 0; i < 3; i++) { da.o_s[i] = p->o_stride[i]; da.do_s[i] = p->do_stride[i]; }
-        da.H = H; da.Lq = Lq; da.rows = B * H * Lq; da.D = (int)D; da.delta = delta;
-        mat_delta_kernel<T><<<mat_blocks(da.rows, 8), 256, 0, s>>>(da);
-        FW_CUDA_CHECK_LAUNCH();
-    }
+    fw_bwd_launch_delta<T>(p, delta, NULL, s); /* Δ */
+    FW_CUDA_CHECK_LAUNCH();
 
     /* one GEMM call per run of units with uniform strides */
     const bool flat = B == 1 || (vq.batch == Hkv * vq.unit && vdo.batch == Hkv * vdo.unit &&
