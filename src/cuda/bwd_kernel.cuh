@@ -36,11 +36,10 @@ struct fw_bwd_args {
     const float *lse;   /* forward's LSE, contiguous (B, H, Lq), natural log */
     const float *delta; /* workspace (B, H, Lq) */
     const float *lse2;  /* tensor-core path: workspace (B, H, Lq), LSE·log2 e (+inf where LSE = −inf) */
-    float *dq_acc;      /* atomic mode: zeroed workspace (B, H, Lq, D), or blocked (dq_blocked) */
+    float *dq_acc;      /* atomic mode: zeroed workspace (B, H, Lq, D) */
     long long q_s[3], k_s[3], v_s[3], o_s[3], do_s[3], dq_s[3], dk_s[3], dv_s[3];
     long long off, wl, wr; /* fw_problem's diag_offset, window_left, window_right (FW_UNBOUNDED ok) */
     int B, H, Hkv, group, Lq, Lk, D;
-    int dq_blocked;     /* > 0: dq_acc in fwbt::dq_acc_blocked's layout with this (padded) head dim */
     float scale;
 };
 

@@ -40,8 +40,7 @@ __global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_arg
         const long long d = idx % a.D, row = idx / a.D;
         const long long i = row % a.Lq, bh = row / a.Lq;
         const long long h = bh % a.H, b = bh / a.H;
-        const long long src = a.dq_blocked ? fwbt::dq_acc_blocked(bh, (int)i, (int)d, a.Lq, a.dq_blocked) : idx;
-        fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d, a.dq_acc[src]);
+        fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d, a.dq_acc[idx]);
     }
 }
 
@@ -129,14 +128,6 @@ static int fw_bwd_tc_pick(const fw_problem *p, int atomic, const fw_cuda_device_
     return smem <= (size_t)di->smem_optin ? v : -1;
 }
 
-/* Bytes of the atomic mode's f32 dQ accumulator: (B, H, Lq, D), or blocked (rows padded to 64, padded head dim). */
-static size_t fw_bwd_acc_bytes(const fw_problem *p, int dq_blocked)
-{
-    const size_t bh = (size_t)(p->batch * p->heads);
-    if (dq_blocked) return bh * (size_t)((p->seqlen_q + 63) / 64 * 64) * (size_t)dq_blocked * sizeof(float);
-    return bh * (size_t)p->seqlen_q * (size_t)p->head_dim * sizeof(float);
-}
-
 /* The launches, with the workspace already allocated. */
 static fw_status fw_bwd_run(const fw_problem *p, fw_bwd_args *a, int atomic, int tc, const fw_exec *ex)
 {
@@ -150,7 +141,7 @@ static fw_status fw_bwd_run(const fw_problem *p, fw_bwd_args *a, int atomic, int
     default: fw_bwd_launch_delta<__nv_bfloat16>(p, delta, lse2, s); break;
     }
     FW_CUDA_CHECK_LAUNCH();
-    if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, fw_bwd_acc_bytes(p, a->dq_blocked), s));
+    if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
     if (tc >= 0) {
         FW_CUDA_CHECK(p->head_dim <= 64 ? fw_bwd_tc_launch_d64(a, dt, atomic, tc, s)
                                         : fw_bwd_tc_launch_d128(a, dt, atomic, tc, s));
@@ -227,11 +218,7 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
     const cudaStream_t s = (cudaStream_t)ex->stream;
     const size_t rows = (size_t)(p->batch * p->heads * p->seqlen_q);
     const size_t delta_bytes = rows * sizeof(float) * (tc >= 0 ? 2 : 1); /* Δ, and lse2 for tensor cores */
-    if (atomic && tc >= 0) {
-        const fw_bwd_tc_variant *vs = p->head_dim <= 64 ? fw_bwd_tc_variants_d64 : fw_bwd_tc_variants_d128;
-        if (vs[tc].qs == -3) a.dq_blocked = vs[tc].d;
-    }
-    const size_t acc_bytes = atomic ? fw_bwd_acc_bytes(p, a.dq_blocked) : 0;
+    const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
     void *delta = NULL, *acc = NULL;
     FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
     if (atomic) {

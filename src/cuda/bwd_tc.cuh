@@ -42,9 +42,7 @@ typedef struct fw_bwd_tc_variant {
     int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile;
                        * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8); qs = -1: the
                        * wgmma kernel (bwd_wg.cuh, sm_90a, compute capability 9.0 only); qs = -2: the
-                       * same with the overlapped schedule (deterministic mode; atomic mode runs -1's);
-                       * qs = -3: overlapped in both modes, atomic mode adding whole dQ blocks by bulk
-                       * reductions (the dq_acc_blocked layout; head dim 64, bm 64) */
+                       * same with the overlapped schedule (deterministic mode; atomic mode runs -1's) */
     int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per
                        * step; wq = -1: the wgmma dQ kernel (dq_wg_kernel, sm_90a) */
 } fw_bwd_tc_variant;
@@ -818,18 +816,16 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
     cudaError_t e;
     if constexpr (QS < 0) { /* the wgmma dK/dV kernel (sm_90a; BM 64, 2 warpgroups, 128 keys) */
         static_assert((BM == 64 || BM == 128) && W == 8, "the wgmma kernel is BM 64 or 128, 8 warps");
-        constexpr bool OVL = QS <= -2; /* the overlapped schedule, 3 stages */
-        constexpr int ST = OVL ? 3 : 2;
-        if (atomic_dq) { /* QS = -3: overlapped, dQ blocks by bulk reduction (dq_acc_blocked layout) */
-            constexpr bool AOVL = QS == -3;
-            const size_t smem = dkdv_wg_geom<D, BM, true, AOVL ? 3 : 2, AOVL>::SMEM;
-            if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, true, AOVL ? 3 : 2, AOVL>>(smem)) != cudaSuccess) return e;
-            dkdv_wg_kernel<T, D, BM, true, AOVL ? 3 : 2, AOVL><<<grid_kv, 256, smem, s>>>(p);
+        if (atomic_dq) {
+            const size_t smem = dkdv_wg_geom<D, BM, true>::SMEM;
+            if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, true>>(smem)) != cudaSuccess) return e;
+            dkdv_wg_kernel<T, D, BM, true><<<grid_kv, 256, smem, s>>>(p);
             return cudaGetLastError();
         }
+        constexpr int ST = QS == -2 ? 3 : 2; /* QS = -2: the overlapped schedule */
         const size_t smem = dkdv_wg_geom<D, BM, false, ST>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false, ST, OVL>>(smem)) != cudaSuccess) return e;
-        dkdv_wg_kernel<T, D, BM, false, ST, OVL><<<grid_kv, 256, smem, s>>>(p);
+        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false, ST, (QS == -2)>>(smem)) != cudaSuccess) return e;
+        dkdv_wg_kernel<T, D, BM, false, ST, (QS == -2)><<<grid_kv, 256, smem, s>>>(p);
     } else if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
         static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
         if (atomic_dq) {
@@ -869,9 +865,8 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
 template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t smem_of(int atomic_dq)
 {
     if (atomic_dq)
-        return QS == -3 ? dkdv_wg_geom<D, BM, true, 3, true>::SMEM
-               : QS < 0 ? dkdv_wg_geom<D, BM, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false, (QS <= -2 ? 3 : 2)>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
+        return QS < 0 ? dkdv_wg_geom<D, BM, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
+    const size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false, (QS == -2 ? 3 : 2)>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
     const size_t b = WQ < 0 ? dq_wg_geom<D, BNQ>::SMEM : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }

@@ -42,41 +42,15 @@ __device__ __forceinline__ void store_acc_rows(T *dst, long long ss, const float
     }
 }
 
-template <int D, int BM_, bool ATOMIC, int ST_ = 2, bool OVL = false> struct dkdv_wg_geom {
+template <int D, int BM_, bool ATOMIC, int ST_ = 2> struct dkdv_wg_geom {
     static constexpr int BN = 128, BM = BM_, ST = ST_;
     static constexpr uint32_t KV_BYTES = BN * D * 2;                /* K or V, swizzled */
     static constexpr uint32_t QD_BYTES = BM * D * 2;                /* Q or dO of one stage */
     static constexpr uint32_t STAT_BYTES = 2 * BM * 4;              /* lse2, Δ of one stage */
     static constexpr uint32_t DS_BYTES = ATOMIC ? 2 * 64 * BM * 2 : 0; /* dSᵀ of each warpgroup */
-    /* atomic + overlapped: the step's f32 dQ block (BM x D, both warpgroups' parts summed), double-buffered
-     * for the bulk reduction into the accumulator (dq_acc_blocked) */
-    static constexpr uint32_t DQ_BYTES = ATOMIC && OVL ? BM * D * 4 : 0;
-    static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES +
-                                   ((ST * STAT_BYTES + 1023) & ~1023u) + DS_BYTES + 2 * (size_t)DQ_BYTES;
+    static constexpr size_t SMEM =
+        1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + ((ST * STAT_BYTES + 1023) & ~1023u) + DS_BYTES;
 };
-
-/* Atomic + overlapped mode's dQ accumulator layout: per (batch·H + head, block of 64 query rows) a
- * contiguous 64 x D f32 block (rows padded to a multiple of 64), column c of row r stored at
- * c ^ 8·(r mod 8) so that the warps' staging writes in shared memory are conflict-free; one bulk
- * reduction (cp.reduce.async.bulk .add.f32) per step and block adds a whole block. */
-__host__ __device__ __forceinline__ long long dq_acc_blocked(long long bh, int row, int col, int Lq, int D)
-{
-    const long long nqb = (Lq + 63) / 64;
-    return (((long long)bh * nqb + row / 64) * 64 + row % 64) * D + (col ^ ((row & 7) << 3));
-}
-
-__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes)
-{
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                 ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-/* The bulk reductions committed by this thread, all but the newest N, have finished reading shared memory. */
-template <int N> __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 /* OVL (deterministic only, 3 stages): step it's Sᵀ/dPᵀ products are issued together with step it-1's
  * dV/dK products, and step it's element-wise work runs while the latter finish (the forward's overlap). */
@@ -84,9 +58,8 @@ template <typename T, int D, int BM_, bool ATOMIC, int ST_ = 2, bool OVL = false
 __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using G = dkdv_wg_geom<D, BM_, ATOMIC, ST_, OVL>;
-    static_assert(!OVL || ST_ == 3, "the overlapped schedule has 3 stages");
-    static_assert(!(OVL && ATOMIC) || (D == 64 && BM_ == 64), "atomic + overlapped: head dim 64, BM 64");
+    using G = dkdv_wg_geom<D, BM_, ATOMIC, ST_>;
+    static_assert(!OVL || (!ATOMIC && ST_ == 3), "the overlapped schedule is deterministic, 3 stages");
     constexpr int NT = 256, BN = G::BN, BM = G::BM;
     constexpr int KD = D / 16, ND = D / 8, NQ = BM / 8, KQ = BM / 16, KK = 64 / 16;
     using namespace fwwg;
@@ -100,7 +73,6 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     /* warpgroup c's dSᵀ at +c·64·BM·2: BM/64 blocks of 64 keys x 64 queries (M-major for dQ's A) */
     const uint32_t sdS = sStat + ((G::ST * G::STAT_BYTES + 1023) & ~1023u);
     const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
-    const uint32_t sDQ = sdS + G::DS_BYTES; /* atomic + overlapped: 2 dQ blocks (G::DQ_BYTES each) */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wgc = warp >> 2, g = lane >> 2, t4 = lane & 3;
@@ -228,54 +200,6 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     };
 
     if constexpr (OVL) {
-        /* atomic: dQ_i += scale · dS K of step it. Each warpgroup's part over its own 64 keys by wgmma (dSᵀ
-         * from shared memory, as in the non-overlapped atomic mode); warpgroup 0 stores its part into
-         * this step's dQ block in shared memory, warpgroup 1 adds its own, and one of its threads adds
-         * the block to the accumulator with a bulk reduction (asynchronous; the block's buffer is
-         * reused two steps later, after that reduction has read it). */
-        float dqa[ND][4];
-        auto issue_dq = [&]() {
-            fence_proxy_async(); /* dSᵀ, written by this warpgroup's threads, is read by its wgmma */
-            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgc) : "memory");
-            const uint64_t dds = sw128_desc(dsw, 64 * 128, 1024);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KK; kk++)
-                wgmma_ss_tt<T, D>(dqa, dds + (uint64_t)(kk * 16 * 128 / 16), dK_nm + (uint64_t)(kk * 16 * 128 / 16), kk > 0);
-            wgmma_commit();
-        };
-        auto reduce_dq = [&](int it) {
-            const uint32_t buf = sDQ + (uint32_t)(it & 1) * G::DQ_BYTES;
-            float *blk = reinterpret_cast<float *>(smem_raw + (buf - raw));
-            auto at = [&](int r, int j) {
-                const int row = (warp & 3) * 16 + g + r * 8;
-                return reinterpret_cast<float2 *>(blk + row * D + ((j * 8 + t4 * 2) ^ ((row & 7) << 3)));
-            };
-            if (wgc == 0) {
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < ND; j++) *at(r, j) = make_float2(dqa[j][r * 2] * p.scale, dqa[j][r * 2 + 1] * p.scale);
-            }
-            __syncthreads(); /* warpgroup 0's part is in the block */
-            if (wgc == 1) {
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < ND; j++) {
-                        float2 *e = at(r, j);
-                        const float2 o = *e;
-                        *e = make_float2(fmaf(dqa[j][r * 2], p.scale, o.x), fmaf(dqa[j][r * 2 + 1], p.scale, o.y));
-                    }
-                fence_proxy_async(); /* the block, written by these threads, is read by the bulk copy */
-                asm volatile("bar.sync 3, 128;\n" ::: "memory");
-                if (tid == 128) {
-                    const int h = kb.head(p, it), m0 = kb.row0(it);
-                    bulk_reduce_add_f32(p.dq_acc + dq_acc_blocked((long long)b * p.H + h, m0, 0, p.Lq, D), buf, G::DQ_BYTES);
-                    bulk_wait_read<1>(); /* step it-1's reduction has read its block, which step it+1 reuses */
-                }
-            }
-        };
         if (total > 0) {
             next_stage(0);
             issue_sdp(0);
@@ -283,13 +207,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
             wgmma_reg_fence(s);
             wgmma_reg_fence(dp);
             elementwise(0);
-            if constexpr (ATOMIC) {
-                issue_dq();
-                wgmma_wait<0>();
-                wgmma_reg_fence(dqa);
-            }
             to_a();
-            if constexpr (ATOMIC) reduce_dq(0);
         }
 #pragma unroll 1
         for (int it = 1; it < total; it++) {
@@ -300,13 +218,10 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
             wgmma_reg_fence(s);
             wgmma_reg_fence(dp);
             elementwise(it);
-            if constexpr (ATOMIC) issue_dq();
             wgmma_wait<0>();
             wgmma_reg_fence(dk);
             wgmma_reg_fence(dv);
-            if constexpr (ATOMIC) wgmma_reg_fence(dqa);
             to_a();
-            if constexpr (ATOMIC) reduce_dq(it);
         }
         if (total > 0) {
             issue_dvdk(total - 1);
@@ -314,7 +229,6 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
             wgmma_reg_fence(dk);
             wgmma_reg_fence(dv);
         }
-        if (ATOMIC && tid == 128) bulk_wait_all();
     } else {
 #pragma unroll 1
         for (int it = 0; it < total; it++) {
