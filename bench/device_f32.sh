@@ -2,7 +2,7 @@
 # Device script of the float32 CUDA backends (cuda-naive, cuda-tiled, cuda-flash-f32): one call on the
 # GPU machine builds, tests, sanitizes and times, and prints a short table last.
 #   usage, from the repository root on the GPU machine:  bash bench/device_f32.sh
-#   FW_F32_PATCH=bench/flash_f32_v2.patch bash bench/device_f32.sh   tests and times the candidate
+#   FW_F32_PATCH=some.patch bash bench/device_f32.sh   tests and times a candidate
 #   revision of the flash-f32 kernels (applied to the script's private copy of the tree only).
 # Full logs go under $OUT (the device tool's folder), or /tmp/fw_f32_out.
 set -u
@@ -40,7 +40,7 @@ extern "C" const fw_backend fw_backend_cuda_flash = {
 };
 STUB
     BUILD=$SRC/build
-    # FW_F32_PATCH=bench/flash_f32_v2.patch: try a candidate kernel revision in the copy only.
+    # FW_F32_PATCH=some.patch: try a candidate kernel revision in the copy only.
     if [ -n "${FW_F32_PATCH:-}" ]; then
         patch -d "$SRC" -p1 < "$FW_F32_PATCH" > "$OUT/patch.log" 2>&1 || { cat "$OUT/patch.log"; exit 1; }
         echo "applied $FW_F32_PATCH"

@@ -1,9 +1,10 @@
 /* cuda-flash-f32, head-dim bucket 128 (head_dim in (64, 128], zero-padded to 128). See flash_f32_kernel.cuh.
- * Entry 0 of each table is the default: the fastest measured on H200 (docs/PERF-gpu-f32.md, run 1). */
+ * Entry 0 of each table is the default (the fastest measured on H200, docs/PERF-gpu-f32.md). */
 #include "flash_f32_kernel.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {
     {"bm64-bn32-tm4", 64, 32, 4},
+    {"bm64-bn32-tm4-kv1", 64, 32, 4},
     {"bm64-bn64-tm4", 64, 64, 4},
     {"bm32-bn32-tm4", 32, 32, 2},
 };
@@ -26,16 +27,17 @@ cudaError_t ff32_launch_d128(int variant, int cfg, const ff32_args *a, int batch
 {
     if (variant == 0) {
         switch (cfg) {
-        case 0: return ff32_launch_exact<128, 64, 32, 4>(a, batch, s);
-        case 1: return ff32_launch_exact<128, 64, 64, 4>(a, batch, s);
-        case 2: return ff32_launch_exact<128, 32, 32, 4>(a, batch, s);
+        case 0: return ff32_launch_exact<128, 64, 32, 4, 4, false>(a, batch, s);
+        case 1: return ff32_launch_exact<128, 64, 32, 4, 4, true>(a, batch, s);
+        case 2: return ff32_launch_exact<128, 64, 64, 4, 4, false>(a, batch, s);
+        case 3: return ff32_launch_exact<128, 32, 32, 4, 4, false>(a, batch, s);
         default: return cudaErrorInvalidValue;
         }
     }
     const bool split = variant == 2;
     switch (cfg) {
-    case 0: return split ? ff32_launch_tc<128, 32, true>(a, batch, s) : ff32_launch_tc<128, 32, false>(a, batch, s);
-    case 1: return split ? ff32_launch_tc<128, 64, true>(a, batch, s) : ff32_launch_tc<128, 64, false>(a, batch, s);
+    case 0: return split ? ff32_launch_tc<128, 32, 1, true>(a, batch, s) : ff32_launch_tc<128, 32, 1, false>(a, batch, s);
+    case 1: return split ? ff32_launch_tc<128, 64, 1, true>(a, batch, s) : ff32_launch_tc<128, 64, 1, false>(a, batch, s);
     default: return cudaErrorInvalidValue;
     }
 }

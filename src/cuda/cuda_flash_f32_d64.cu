@@ -1,17 +1,20 @@
 /* cuda-flash-f32, head-dim bucket 64 (head_dim in (32, 64], zero-padded to 64). See flash_f32_kernel.cuh.
- * Entry 0 of each table is the default: the fastest measured on H200 (docs/PERF-gpu-f32.md, run 1). */
+ * Entry 0 of each table is the default (the fastest measured: H100 run 2 of docs/PERF-gpu-f32.md). */
 #include "flash_f32_kernel.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {
+    {"bm128-bn64-tm8-kv1", 128, 64, 4},
     {"bm128-bn32-tm8", 128, 32, 4},
+    {"bm128-bn32-tm8-u16", 128, 32, 4},
+    {"bm128-bn32-tm8-kv1", 128, 32, 4},
     {"bm64-bn64-tm4", 64, 64, 4},
     {"bm64-bn32-tm4", 64, 32, 4},
-    {"bm128-bn64-tm8", 128, 64, 4},
-    {"bm64-bn64-tm8", 64, 64, 2},
 };
 static const ff32_cfg_info tc_cfgs[] = {
-    {"bm64-bn32-w4", 64, 32, 4},
+    {"bm128-bn64-w4", 128, 64, 4},
+    {"bm128-bn32-w4", 128, 32, 4},
     {"bm64-bn64-w4", 64, 64, 4},
+    {"bm64-bn32-w4", 64, 32, 4},
 };
 
 int ff32_configs_d64(int variant, const ff32_cfg_info **table)
@@ -28,18 +31,21 @@ cudaError_t ff32_launch_d64(int variant, int cfg, const ff32_args *a, int batch,
 {
     if (variant == 0) {
         switch (cfg) {
-        case 0: return ff32_launch_exact<64, 128, 32, 8>(a, batch, s);
-        case 1: return ff32_launch_exact<64, 64, 64, 4>(a, batch, s);
-        case 2: return ff32_launch_exact<64, 64, 32, 4>(a, batch, s);
-        case 3: return ff32_launch_exact<64, 128, 64, 8>(a, batch, s);
-        case 4: return ff32_launch_exact<64, 64, 64, 8>(a, batch, s);
+        case 0: return ff32_launch_exact<64, 128, 64, 8, 4, true>(a, batch, s);
+        case 1: return ff32_launch_exact<64, 128, 32, 8, 4, false>(a, batch, s);
+        case 2: return ff32_launch_exact<64, 128, 32, 8, 16, false>(a, batch, s);
+        case 3: return ff32_launch_exact<64, 128, 32, 8, 4, true>(a, batch, s);
+        case 4: return ff32_launch_exact<64, 64, 64, 4, 4, false>(a, batch, s);
+        case 5: return ff32_launch_exact<64, 64, 32, 4, 4, false>(a, batch, s);
         default: return cudaErrorInvalidValue;
         }
     }
     const bool split = variant == 2;
     switch (cfg) {
-    case 0: return split ? ff32_launch_tc<64, 32, true>(a, batch, s) : ff32_launch_tc<64, 32, false>(a, batch, s);
-    case 1: return split ? ff32_launch_tc<64, 64, true>(a, batch, s) : ff32_launch_tc<64, 64, false>(a, batch, s);
+    case 0: return split ? ff32_launch_tc<64, 64, 2, true>(a, batch, s) : ff32_launch_tc<64, 64, 2, false>(a, batch, s);
+    case 1: return split ? ff32_launch_tc<64, 32, 2, true>(a, batch, s) : ff32_launch_tc<64, 32, 2, false>(a, batch, s);
+    case 2: return split ? ff32_launch_tc<64, 64, 1, true>(a, batch, s) : ff32_launch_tc<64, 64, 1, false>(a, batch, s);
+    case 3: return split ? ff32_launch_tc<64, 32, 1, true>(a, batch, s) : ff32_launch_tc<64, 32, 1, false>(a, batch, s);
     default: return cudaErrorInvalidValue;
     }
 }

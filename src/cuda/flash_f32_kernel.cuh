@@ -176,28 +176,32 @@ __device__ __forceinline__ void ff32_load_q(float *Qs, const float *q, long long
  * Exact float32 kernel.  NT = (BM/TM)·8 threads; thread (ty, tx) owns query rows ty + RS·r (r < TM,
  * RS = BM/TM) and keys tx + 8c (c < TN = BN/8) of S, and O columns 32g + 4tx + e (g < DB/32, e < 4).
  * =================================================================================================== */
-template <int DB, int BM, int BN, int TM> struct ff32_exact_cfg {
+template <int DB, int BM, int BN, int TM, bool KV1> struct ff32_exact_cfg {
     static constexpr int NT = (BM / TM) * 8;
     static constexpr int RS = BM / TM;
     static constexpr int TN = BN / 8;
     static constexpr int G = DB / 32;
     static constexpr int QST = DB + 4, KST = DB + 4, VST = DB + 4, PST = BN + 8;
-    static constexpr int SMEM_FLOATS = BM * QST + 2 * BN * KST + 2 * BN * VST + BM * PST;
+    static constexpr int KVB = KV1 ? 1 : 2; /* K and V buffers each */
+    static constexpr int SMEM_FLOATS = BM * QST + KVB * BN * KST + KVB * BN * VST + BM * PST;
     static constexpr size_t SMEM = SMEM_FLOATS * sizeof(float);
 };
 
-template <int DB, int BM, int BN, int TM>
-__global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
+/* KV1 = false: K and V tiles double-buffered together (tile t+1 copies during all of iteration t).
+ * KV1 = true: one K and one V buffer, ping-pong: V(t) copies during S(t), K(t+1) during P(t)·V(t);
+ * half the K/V shared memory, so larger tiles still fit two blocks per SM. */
+template <int DB, int BM, int BN, int TM, int UNR, bool KV1>
+__global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
     ff32_exact_kernel(const ff32_args a)
 {
-    typedef ff32_exact_cfg<DB, BM, BN, TM> C;
+    typedef ff32_exact_cfg<DB, BM, BN, TM, KV1> C;
     constexpr int NT = C::NT, RS = C::RS, TN = C::TN, G = C::G;
     constexpr int QST = C::QST, KST = C::KST, VST = C::VST, PST = C::PST;
     extern __shared__ float4 ff32_smem4[];
     float *Qs = reinterpret_cast<float *>(ff32_smem4);
-    float *Ks = Qs + BM * QST;     /* 2 stages */
-    float *Vs = Ks + 2 * BN * KST; /* 2 stages */
-    float *Ps = Vs + 2 * BN * VST;
+    float *Ks = Qs + BM * QST;           /* KVB stages */
+    float *Vs = Ks + C::KVB * BN * KST; /* KVB stages */
+    float *Ps = Vs + C::KVB * BN * VST;
 
     const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
     const int mblk = gridDim.x - 1 - blockIdx.x; /* heaviest (last) query tiles first */
@@ -225,18 +229,28 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
         for (int c = 0; c < 4 * G; c++) o[r][c] = 0.0f;
     }
 
-    if (t_begin < t_end) ff32_load_kv<BN, DB, KST, VST, NT>(Ks, Vs, kp, vp, a, t_begin, tid);
+    if (t_begin < t_end) {
+        const int n0 = t_begin * BN;
+        ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
+        if (!KV1)
+            ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+        ff32_commit();
+    }
     ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
 
     for (int t = t_begin; t < t_end; t++) {
-        const int st = (t - t_begin) & 1;
-        if (t + 1 < t_end) {
-            ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
-            ff32_wait<1>();
-        } else {
-            ff32_wait<0>();
-        }
+        const int st = KV1 ? 0 : (t - t_begin) & 1;
+        /* Tile t landed, and every thread is done with iteration t-1 (stage st^1 and Ps): one barrier
+         * covers both, then the copy of tile t+1 into stage st^1 overlaps this whole iteration. */
+        ff32_wait<0>();
         __syncthreads();
+        if (KV1) { /* V(t) into the V buffer, free since everyone finished P(t-1)·V(t-1) */
+            const int n0 = t * BN;
+            ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+            ff32_commit();
+        } else if (t + 1 < t_end) {
+            ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
+        }
         const float *Kt = Ks + st * BN * KST, *Vt = Vs + st * BN * VST;
 
         /* S = Q·Kᵀ (log2 units) */
@@ -245,7 +259,7 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
         for (int r = 0; r < TM; r++)
 #pragma unroll
             for (int c = 0; c < TN; c++) s[r][c] = 0.0f;
-#pragma unroll 4
+#pragma unroll UNR
         for (int d = 0; d < DB; d += 4) {
             float4 qv[TM], kv[TN];
 #pragma unroll
@@ -302,7 +316,13 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
         for (int r = 0; r < TM; r++)
 #pragma unroll
             for (int c = 0; c < TN; c++) Ps[(ty + RS * r) * PST + tx + 8 * c] = s[r][c];
+        if (KV1) ff32_wait<0>(); /* V(t) */
         __syncthreads();
+        if (KV1 && t + 1 < t_end) { /* K(t+1) into the K buffer, which nobody reads any more */
+            const int n1 = (t + 1) * BN;
+            ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n1 * a.ks[2], a.ks[2], a.Lk - n1, a.D, a.vec16, tid);
+            ff32_commit();
+        }
 
         /* O += P·V */
 #pragma unroll 2
@@ -329,7 +349,6 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
                 }
             }
         }
-        __syncthreads(); /* stage st and Ps are rewritten next iteration */
     }
 
     /* epilogue: O / l, LSE = (m + log2 l)·ln 2 */
@@ -359,11 +378,14 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM>::NT)
 }
 
 /* ===================================================================================================
- * Tensor-core kernel (tf32 / 3xtf32). 128 threads = 4 warps, warp w owns query rows 16w..16w+15.
+ * Tensor-core kernel (tf32 / 3xtf32). 128 threads = 4 warps; warp w owns MW m16 tiles of query rows,
+ * 16·MW·w .. 16·MW·(w+1)-1, so each B fragment read from shared memory (and split) feeds MW mma.
+ * Q·Kᵀ permutes d inside each 8-wide k-step (slot t ↔ d 2t, slot t+4 ↔ d 2t+1) so that the A and B
+ * fragments are 8-byte loads; P·V permutes the keys the same way so that P stays in registers.
  * =================================================================================================== */
-template <int DB, int BN> struct ff32_tc_cfg {
-    static constexpr int BM = 64, NT = 128;
-    static constexpr int QST = DB + 4, KST = DB + 4, VST = DB + 4;
+template <int DB, int BN, int MW> struct ff32_tc_cfg {
+    static constexpr int BM = 64 * MW, NT = 128;
+    static constexpr int QST = DB + 8, KST = DB + 8, VST = DB + 4;
     static constexpr int SMEM_FLOATS = BM * QST + 2 * BN * KST + 2 * BN * VST;
     static constexpr size_t SMEM = SMEM_FLOATS * sizeof(float);
 };
@@ -377,7 +399,7 @@ __device__ __forceinline__ unsigned ff32_tf32(float x)
 template <bool SPLIT> __device__ __forceinline__ void ff32_split(float x, unsigned &big, unsigned &small)
 {
     big = ff32_tf32(x);
-    if (SPLIT) small = ff32_tf32(x - __uint_as_float(big));
+    small = SPLIT ? ff32_tf32(x - __uint_as_float(big)) : 0u;
 }
 __device__ __forceinline__ void ff32_mma(float *c, const unsigned *a, unsigned b0, unsigned b1)
 {
@@ -387,13 +409,13 @@ __device__ __forceinline__ void ff32_mma(float *c, const unsigned *a, unsigned b
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int DB, int BN, bool SPLIT>
+template <int DB, int BN, int MW, bool SPLIT>
 __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
 {
-    typedef ff32_tc_cfg<DB, BN> C;
+    typedef ff32_tc_cfg<DB, BN, MW> C;
     constexpr int BM = C::BM, NT = C::NT, QST = C::QST, KST = C::KST, VST = C::VST;
-    constexpr int NS = BN / 8; /* S n-tiles per warp */
-    constexpr int NO = DB / 8; /* O n-tiles per warp */
+    constexpr int NS = BN / 8; /* S n-tiles */
+    constexpr int NO = DB / 8; /* O n-tiles */
     extern __shared__ float4 ff32_smem4[];
     float *Qs = reinterpret_cast<float *>(ff32_smem4);
     float *Ks = Qs + BM * QST;
@@ -411,154 +433,180 @@ __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
     const ff32_band bd = ff32_block_band(a, m0, rows);
     const int t_begin = bd.n_begin / BN;
     const int t_end = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN : t_begin;
-    const int r0 = warp * 16 + g; /* this thread's rows: r0 and r0 + 8 */
-    int lo[2], hi[2];
-    ff32_range(a, (long long)m0 + r0, &lo[0], &hi[0]);
-    ff32_range(a, (long long)m0 + r0 + 8, &lo[1], &hi[1]);
-
-    float o[NO][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int wr0 = warp * 16 * MW; /* first row of this warp; thread rows wr0 + 16mt + g (+8) */
+    int lo[MW][2], hi[MW][2];
+    float o[MW][NO][4], m[MW][2], l[MW][2];
 #pragma unroll
-    for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int mt = 0; mt < MW; mt++) {
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            ff32_range(a, (long long)m0 + wr0 + 16 * mt + g + 8 * rr, &lo[mt][rr], &hi[mt][rr]);
+            m[mt][rr] = -INFINITY;
+            l[mt][rr] = 0.0f;
+        }
+#pragma unroll
+        for (int n = 0; n < NO; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    }
 
     if (t_begin < t_end) ff32_load_kv<BN, DB, KST, VST, NT>(Ks, Vs, kp, vp, a, t_begin, tid);
     ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
 
     for (int t = t_begin; t < t_end; t++) {
         const int st = (t - t_begin) & 1;
+        ff32_wait<0>();
+        __syncthreads(); /* tile t landed; everyone is done with stage st^1 */
         if (t + 1 < t_end) {
             ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
-            ff32_wait<1>();
-        } else {
-            ff32_wait<0>();
         }
-        __syncthreads();
         const float *Kt = Ks + st * BN * KST, *Vt = Vs + st * BN * VST;
 
-        float s[NS][4];
+        float s[MW][NS][4];
 #pragma unroll
-        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        const float *qw = Qs + (warp * 16) * QST;
+        for (int mt = 0; mt < MW; mt++)
+#pragma unroll
+            for (int n = 0; n < NS; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll 2
         for (int k0 = 0; k0 < DB; k0 += 8) {
-            unsigned ab[4], as[4];
-            ff32_split<SPLIT>(qw[g * QST + k0 + tg], ab[0], as[0]);
-            ff32_split<SPLIT>(qw[(g + 8) * QST + k0 + tg], ab[1], as[1]);
-            ff32_split<SPLIT>(qw[g * QST + k0 + tg + 4], ab[2], as[2]);
-            ff32_split<SPLIT>(qw[(g + 8) * QST + k0 + tg + 4], ab[3], as[3]);
+            unsigned ab[MW][4], as[MW][4];
+#pragma unroll
+            for (int mt = 0; mt < MW; mt++) {
+                const float2 x0 = *reinterpret_cast<const float2 *>(Qs + (wr0 + 16 * mt + g) * QST + k0 + 2 * tg);
+                const float2 x1 = *reinterpret_cast<const float2 *>(Qs + (wr0 + 16 * mt + g + 8) * QST + k0 + 2 * tg);
+                ff32_split<SPLIT>(x0.x, ab[mt][0], as[mt][0]);
+                ff32_split<SPLIT>(x1.x, ab[mt][1], as[mt][1]);
+                ff32_split<SPLIT>(x0.y, ab[mt][2], as[mt][2]);
+                ff32_split<SPLIT>(x1.y, ab[mt][3], as[mt][3]);
+            }
 #pragma unroll
             for (int n = 0; n < NS; n++) {
+                const float2 kb = *reinterpret_cast<const float2 *>(Kt + (n * 8 + g) * KST + k0 + 2 * tg);
                 unsigned b0b, b0s, b1b, b1s;
-                ff32_split<SPLIT>(Kt[(n * 8 + g) * KST + k0 + tg], b0b, b0s);
-                ff32_split<SPLIT>(Kt[(n * 8 + g) * KST + k0 + tg + 4], b1b, b1s);
-                if (SPLIT) {
-                    ff32_mma(s[n], as, b0b, b1b);
-                    ff32_mma(s[n], ab, b0s, b1s);
+                ff32_split<SPLIT>(kb.x, b0b, b0s);
+                ff32_split<SPLIT>(kb.y, b1b, b1s);
+#pragma unroll
+                for (int mt = 0; mt < MW; mt++) {
+                    if (SPLIT) {
+                        ff32_mma(s[mt][n], as[mt], b0b, b1b);
+                        ff32_mma(s[mt][n], ab[mt], b0s, b1s);
+                    }
+                    ff32_mma(s[mt][n], ab[mt], b0b, b1b);
                 }
-                ff32_mma(s[n], ab, b0b, b1b);
             }
         }
         const int n0 = t * BN;
-        if (n0 < bd.lo_max || n0 + BN > bd.hi_min) {
+        const bool edge = n0 < bd.lo_max || n0 + BN > bd.hi_min;
 #pragma unroll
-            for (int n = 0; n < NS; n++)
+        for (int mt = 0; mt < MW; mt++) {
+            if (edge) {
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = n0 + n * 8 + 2 * tg + (e & 1), rr = e >> 1;
-                    if (j < lo[rr] || j >= hi[rr]) s[n][e] = -INFINITY;
-                }
-        }
+                for (int n = 0; n < NS; n++)
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            float mx = fmaxf(s[0][2 * rr], s[0][2 * rr + 1]);
-#pragma unroll
-            for (int n = 1; n < NS; n++) mx = fmaxf(mx, fmaxf(s[n][2 * rr], s[n][2 * rr + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mn = fmaxf(m[rr], mx);
-            const float mu = mn == -INFINITY ? 0.0f : mn;
-            const float alpha = ff32_exp2(m[rr] - mu);
-            m[rr] = mn;
-            float ls = 0.0f;
-#pragma unroll
-            for (int n = 0; n < NS; n++) {
-                s[n][2 * rr] = ff32_exp2(s[n][2 * rr] - mu);
-                s[n][2 * rr + 1] = ff32_exp2(s[n][2 * rr + 1] - mu);
-                ls += s[n][2 * rr] + s[n][2 * rr + 1];
+                    for (int e = 0; e < 4; e++) {
+                        const int j = n0 + n * 8 + 2 * tg + (e & 1), rr = e >> 1;
+                        if (j < lo[mt][rr] || j >= hi[mt][rr]) s[mt][n][e] = -INFINITY;
+                    }
             }
-            l[rr] = l[rr] * alpha + ls;
 #pragma unroll
-            for (int n = 0; n < NO; n++) {
-                o[n][2 * rr] *= alpha;
-                o[n][2 * rr + 1] *= alpha;
+            for (int rr = 0; rr < 2; rr++) {
+                float mx = fmaxf(s[mt][0][2 * rr], s[mt][0][2 * rr + 1]);
+#pragma unroll
+                for (int n = 1; n < NS; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * rr], s[mt][n][2 * rr + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mn = fmaxf(m[mt][rr], mx);
+                const float mu = mn == -INFINITY ? 0.0f : mn;
+                const float alpha = ff32_exp2(m[mt][rr] - mu);
+                m[mt][rr] = mn;
+                float ls = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NS; n++) {
+                    s[mt][n][2 * rr] = ff32_exp2(s[mt][n][2 * rr] - mu);
+                    s[mt][n][2 * rr + 1] = ff32_exp2(s[mt][n][2 * rr + 1] - mu);
+                    ls += s[mt][n][2 * rr] + s[mt][n][2 * rr + 1];
+                }
+                l[mt][rr] = l[mt][rr] * alpha + ls;
+#pragma unroll
+                for (int n = 0; n < NO; n++) {
+                    o[mt][n][2 * rr] *= alpha;
+                    o[mt][n][2 * rr + 1] *= alpha;
+                }
             }
         }
         /* O += P·V: k-slot t ↔ key 2t, slot t+4 ↔ key 2t+1 within each 8-key step */
 #pragma unroll
         for (int n = 0; n < NS; n++) {
-            unsigned pb[4], ps[4];
-            ff32_split<SPLIT>(s[n][0], pb[0], ps[0]); /* P[g][2tg]      -> a0 */
-            ff32_split<SPLIT>(s[n][2], pb[1], ps[1]); /* P[g+8][2tg]    -> a1 */
-            ff32_split<SPLIT>(s[n][1], pb[2], ps[2]); /* P[g][2tg+1]    -> a2 */
-            ff32_split<SPLIT>(s[n][3], pb[3], ps[3]); /* P[g+8][2tg+1]  -> a3 */
+            unsigned pb[MW][4], ps[MW][4];
+#pragma unroll
+            for (int mt = 0; mt < MW; mt++) {
+                ff32_split<SPLIT>(s[mt][n][0], pb[mt][0], ps[mt][0]); /* P[g][2tg]     -> a0 */
+                ff32_split<SPLIT>(s[mt][n][2], pb[mt][1], ps[mt][1]); /* P[g+8][2tg]   -> a1 */
+                ff32_split<SPLIT>(s[mt][n][1], pb[mt][2], ps[mt][2]); /* P[g][2tg+1]   -> a2 */
+                ff32_split<SPLIT>(s[mt][n][3], pb[mt][3], ps[mt][3]); /* P[g+8][2tg+1] -> a3 */
+            }
             const float *v0 = Vt + (n * 8 + 2 * tg) * VST + g, *v1 = v0 + VST;
 #pragma unroll
             for (int c = 0; c < NO; c++) {
                 unsigned b0b, b0s, b1b, b1s;
                 ff32_split<SPLIT>(v0[c * 8], b0b, b0s);
                 ff32_split<SPLIT>(v1[c * 8], b1b, b1s);
-                if (SPLIT) {
-                    ff32_mma(o[c], ps, b0b, b1b);
-                    ff32_mma(o[c], pb, b0s, b1s);
+#pragma unroll
+                for (int mt = 0; mt < MW; mt++) {
+                    if (SPLIT) {
+                        ff32_mma(o[mt][c], ps[mt], b0b, b1b);
+                        ff32_mma(o[mt][c], pb[mt], b0s, b1s);
+                    }
+                    ff32_mma(o[mt][c], pb[mt], b0b, b1b);
                 }
-                ff32_mma(o[c], pb, b0b, b1b);
             }
         }
-        __syncthreads();
     }
 
     float *op = a.o + b * a.os[0] + h * a.os[1];
 #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        float lr = l[rr];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-        const int row = r0 + 8 * rr;
-        if (row >= rows) continue;
-        const bool live = lr > 0.0f || lr != lr;
-        const float inv = live ? 1.0f / lr : 0.0f;
-        float *orow = op + (long long)(m0 + row) * a.os[2];
+    for (int mt = 0; mt < MW; mt++) {
 #pragma unroll
-        for (int c = 0; c < NO; c++) {
-            const int col = c * 8 + 2 * tg;
-            if (col < a.D) orow[col] = o[c][2 * rr] * inv;
-            if (col + 1 < a.D) orow[col + 1] = o[c][2 * rr + 1] * inv;
+        for (int rr = 0; rr < 2; rr++) {
+            float lr = l[mt][rr];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            const int row = wr0 + 16 * mt + g + 8 * rr;
+            if (row >= rows) continue;
+            const bool live = lr > 0.0f || lr != lr;
+            const float inv = live ? 1.0f / lr : 0.0f;
+            float *orow = op + (long long)(m0 + row) * a.os[2];
+#pragma unroll
+            for (int c = 0; c < NO; c++) {
+                const int col = c * 8 + 2 * tg;
+                if (col < a.D) orow[col] = o[mt][c][2 * rr] * inv;
+                if (col + 1 < a.D) orow[col + 1] = o[mt][c][2 * rr + 1] * inv;
+            }
+            if (a.lse && tg == 0)
+                a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] =
+                    live ? (m[mt][rr] == -INFINITY ? 0.0f : m[mt][rr]) * 0.69314718055994531f + logf(lr) : -INFINITY;
         }
-        if (a.lse && tg == 0)
-            a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] =
-                live ? (m[rr] == -INFINITY ? 0.0f : m[rr]) * 0.69314718055994531f + logf(lr) : -INFINITY;
     }
 }
 
 /* ---- launch helpers used by the per-bucket files ------------------------------------------------- */
-template <int DB, int BM, int BN, int TM>
+template <int DB, int BM, int BN, int TM, int UNR, bool KV1>
 static cudaError_t ff32_launch_exact(const ff32_args *a, int batch, cudaStream_t s)
 {
-    typedef ff32_exact_cfg<DB, BM, BN, TM> C;
-    cudaError_t e = fw_cuda_smem_limit<ff32_exact_kernel<DB, BM, BN, TM>>(C::SMEM);
+    typedef ff32_exact_cfg<DB, BM, BN, TM, KV1> C;
+    cudaError_t e = fw_cuda_smem_limit<ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1>>(C::SMEM);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)((a->Lq + BM - 1) / BM), (unsigned)a->H, (unsigned)batch);
-    ff32_exact_kernel<DB, BM, BN, TM><<<grid, C::NT, C::SMEM, s>>>(*a);
+    ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1><<<grid, C::NT, C::SMEM, s>>>(*a);
     return cudaGetLastError();
 }
 
-template <int DB, int BN, bool SPLIT>
+template <int DB, int BN, int MW, bool SPLIT>
 static cudaError_t ff32_launch_tc(const ff32_args *a, int batch, cudaStream_t s)
 {
-    typedef ff32_tc_cfg<DB, BN> C;
-    cudaError_t e = fw_cuda_smem_limit<ff32_tc_kernel<DB, BN, SPLIT>>(C::SMEM);
+    typedef ff32_tc_cfg<DB, BN, MW> C;
+    cudaError_t e = fw_cuda_smem_limit<ff32_tc_kernel<DB, BN, MW, SPLIT>>(C::SMEM);
     if (e != cudaSuccess) return e;
     dim3 grid((unsigned)((a->Lq + C::BM - 1) / C::BM), (unsigned)a->H, (unsigned)batch);
-    ff32_tc_kernel<DB, BN, SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a);
+    ff32_tc_kernel<DB, BN, MW, SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a);
     return cudaGetLastError();
 }
 
