@@ -31,7 +31,7 @@ grep -E "^FAIL" "$LOGS/gpu_backward_sweep.log" | head -20
 tail -1 "$LOGS/gpu_backward_sweep.log"; echo "gpu_backward sweep: exit $rc"
 
 step "compute-sanitizer (gpu_backward --quick; default variants, then the wgmma ones)"
-for var in "" 5 6 7 8; do
+for var in "" 5 6 7 8 9 10; do
     for tool in memcheck racecheck; do
         FW_CUDA_BWD_TC_VARIANT=$var timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/gpu_backward" --quick > "$LOGS/bwd_sanitizer_$tool$var.log" 2>&1
         rc=$?; [ $rc = 0 ] || status=1

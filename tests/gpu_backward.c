@@ -531,15 +531,15 @@ static double bench_mat(const fw_problem *p0, int reps, double *t)
 
 /* Tensor-core variants of the longest list (bwd_tc_d64.cu; at head_dim 128 an index past its list
  * runs variant 0). */
-enum { BWD_TC_VARIANTS = 9 };
+enum { BWD_TC_VARIANTS = 11 };
 
 static void bench(int reps)
 {
     /* columns: the default tensor-core variant of each dQ mode (det, atom), then every variant per mode */
     enum { NVAR = BWD_TC_VARIANTS, NCOL = 2 + 2 * NVAR };
     const char *col_cfg[NCOL], *col_var[NCOL]; /* col_var NULL: the mode's default */
-    static const char *var_names[NVAR] = {"0", "1", "2", "3", "4", "5", "6", "7", "8"};
-    char col_name[NCOL][16];
+    char var_names[NVAR][8], col_name[NCOL][16];
+    for (int v = 0; v < NVAR; v++) snprintf(var_names[v], sizeof var_names[v], "%d", v);
     for (int i = 0; i < NCOL; i++) {
         const int det = i == 0 || i >= 2 + NVAR;
         col_cfg[i] = det ? "bwd-deterministic" : "bwd-atomic";

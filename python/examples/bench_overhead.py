@@ -50,6 +50,21 @@ def main():
         c = per_call_us(lambda: fn(h, d[0], d[1], d[2], d[3], None, pb), a.device, a.n)
         print(f"{a.device} {str(dtype)[6:]} {shape}: flashwatt {f:.1f} us/call ({ctx.last_backend}; "
               f"C call alone {c:.1f}), sdpa {s:.1f} us/call")
+        # A training step: the forward through the autograd Function, then its backward.
+        qg, kg, vg = (torch.randn(*shape, device=a.device, dtype=dtype, requires_grad=True) for _ in range(3))
+        dout = torch.randn(*shape, device=a.device, dtype=dtype)
+
+        def step(fn):
+            def run():
+                qg.grad = kg.grad = vg.grad = None
+                fn().backward(dout)
+            return run
+        fg = per_call_us(lambda: ctx.attention(qg, kg, vg, causal=True), a.device, a.n)
+        sg = per_call_us(lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True), a.device, a.n)
+        fb = per_call_us(step(lambda: ctx.attention(qg, kg, vg, causal=True)), a.device, a.n)
+        sb = per_call_us(step(lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)), a.device, a.n)
+        print(f"    with autograd: forward flashwatt {fg:.1f} / sdpa {sg:.1f} us; forward+backward step "
+              f"flashwatt {fb:.1f} / sdpa {sb:.1f} us")
 
 
 if __name__ == "__main__":

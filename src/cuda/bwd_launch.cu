@@ -217,7 +217,8 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
 
     const cudaStream_t s = (cudaStream_t)ex->stream;
     const size_t rows = (size_t)(p->batch * p->heads * p->seqlen_q);
-    const size_t delta_bytes = rows * sizeof(float) * (tc >= 0 ? 2 : 1); /* Δ, and lse2 for tensor cores */
+    const size_t rows16 = (rows + 3) & ~(size_t)3; /* lse2 starts 16-byte aligned (the TMA kernels' maps) */
+    const size_t delta_bytes = (rows16 + (tc >= 0 ? rows : 0)) * sizeof(float); /* Δ, and lse2 for tensor cores */
     const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
     void *delta = NULL, *acc = NULL;
     FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
@@ -230,7 +231,7 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
         }
     }
     a.delta = (const float *)delta;
-    a.lse2 = tc >= 0 ? (const float *)delta + rows : NULL;
+    a.lse2 = tc >= 0 ? (const float *)delta + rows16 : NULL;
     a.dq_acc = (float *)acc;
     fw_status st = fw_bwd_run(p, &a, atomic, tc, ex);
     /* stream-ordered frees: safe while the kernels above are still running */

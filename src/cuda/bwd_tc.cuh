@@ -42,9 +42,11 @@ typedef struct fw_bwd_tc_variant {
     int bm, w, qs;    /* dK/dV kernel: query rows per step, warps (keys per block = 16·w), query sub-tile;
                        * qs = 0: the 2-D tiled dK/dV kernel (dkdv2_kernel: bm 64, w 8); qs = -1: the
                        * wgmma kernel (bwd_wg.cuh, sm_90a, compute capability 9.0 only); qs = -2: the
-                       * same with the overlapped schedule (deterministic mode; atomic mode runs -1's) */
+                       * same with the overlapped schedule (deterministic mode; atomic mode runs -1's);
+                       * qs = -4: -2's schedule with a TMA producer warpgroup (dkdv_ws_kernel) */
     int wq, mtq, bnq; /* dQ kernel (deterministic mode): warps, m16 tiles per warp (rows = 16·wq·mtq), keys per
-                       * step; wq = -1: the wgmma dQ kernel (dq_wg_kernel, sm_90a) */
+                       * step; wq = -1: the wgmma dQ kernel (dq_wg_kernel, sm_90a); wq = -2: the same with
+                       * a TMA producer warpgroup (dq_ws_kernel) */
 } fw_bwd_tc_variant;
 
 /* Host launchers, one per padded head dim (bwd_tc_d<D>.cu). `variant` indexes the file's variant
@@ -59,12 +61,14 @@ FW_BWD_TC_DECLARE(128)
 /* Default variants per dQ mode (gpu_backward --bench, docs/PERF-gpu-bwd.md): at head_dim 128 the
  * atomic mode runs the 2-D tiled dK/dV kernel (variant 4), 10-17% faster than variant 0 on the H100;
  * at 64 it lost to variant 0 below L = 16k. The deterministic mode runs the wgmma kernels with the
- * overlapped dK/dV schedule (variants 8 and 7, 0-4% and 3-8% faster than without it) on compute
- * capability 9.0, the FALLBACK variants elsewhere. */
+ * overlapped dK/dV schedule on compute capability 9.0 (the FALLBACK variants elsewhere): at head_dim 64
+ * variant 10 (dK/dV and dQ both with a TMA producer warpgroup: 8-12% faster than variant 8), at 128
+ * variant 8 (the dQ pass with the producer warpgroup: 3-5% faster than variant 7; its dK/dV kernel
+ * would spill with the producer's register split). H100, docs/PERF-gpu-bwd.md. */
 #define FW_BWD_TC_ATOM_DEFAULT_64 0
 #define FW_BWD_TC_ATOM_DEFAULT_128 4
-#define FW_BWD_TC_DET_DEFAULT_64 8
-#define FW_BWD_TC_DET_DEFAULT_128 7
+#define FW_BWD_TC_DET_DEFAULT_64 10
+#define FW_BWD_TC_DET_DEFAULT_128 8
 /* Where a default is a wgmma variant and the device is not compute capability 9.0. */
 #define FW_BWD_TC_ATOM_FALLBACK_64 0
 #define FW_BWD_TC_ATOM_FALLBACK_128 4
@@ -822,10 +826,16 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
             dkdv_wg_kernel<T, D, BM, true><<<grid_kv, 256, smem, s>>>(p);
             return cudaGetLastError();
         }
-        constexpr int ST = QS == -2 ? 3 : 2; /* QS = -2: the overlapped schedule */
-        const size_t smem = dkdv_wg_geom<D, BM, false, ST>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false, ST, (QS == -2)>>(smem)) != cudaSuccess) return e;
-        dkdv_wg_kernel<T, D, BM, false, ST, (QS == -2)><<<grid_kv, 256, smem, s>>>(p);
+        constexpr int ST = QS <= -2 ? 3 : 2;
+        constexpr bool OVL = QS <= -2; /* -2, -4: the overlapped schedule */
+        int ws = 0;
+        if constexpr (QS == -4) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
+            if ((e = dkdv_ws_launch<T, D, BM, 3>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
+        if (!ws) {
+            const size_t smem = dkdv_wg_geom<D, BM, false, ST>::SMEM;
+            if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, D, BM, false, ST, OVL>>(smem)) != cudaSuccess) return e;
+            dkdv_wg_kernel<T, D, BM, false, ST, OVL><<<grid_kv, 256, smem, s>>>(p);
+        }
     } else if constexpr (QS == 0) { /* the 2-D tiled dK/dV kernel (BM 64, 8 warps, 128 keys) */
         static_assert(BM == 64 && W == 8, "the 2-D tiled kernel is BM 64, 8 warps");
         if (atomic_dq) {
@@ -848,6 +858,7 @@ static cudaError_t launch(const params &p, int atomic_dq, cudaStream_t s)
         dkdv_kernel<T, D, BM, W, false, (QS > 0 ? QS : BM)><<<grid_kv, W * 32, smem, s>>>(p);
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if constexpr (WQ == -2) return dq_ws_launch<T, D, BNQ, 3>(p, s); /* wgmma, producer warpgroup with TMA */
     if constexpr (WQ < 0) { /* the wgmma dQ kernel (sm_90a) */
         const size_t smem = dq_wg_geom<D, BNQ>::SMEM;
         if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, D, BNQ>>(smem)) != cudaSuccess) return e;
@@ -866,8 +877,9 @@ template <int D, int BM, int W, int QS, int WQ, int MTQ, int BNQ> static size_t 
 {
     if (atomic_dq)
         return QS < 0 ? dkdv_wg_geom<D, BM, true>::SMEM : QS == 0 ? dkdv2_geom<D, true>::SMEM : dkdv_geom<D, BM, W, true>::SMEM;
-    const size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false, (QS == -2 ? 3 : 2)>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
-    const size_t b = WQ < 0 ? dq_wg_geom<D, BNQ>::SMEM : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
+    size_t a = QS < 0 ? dkdv_wg_geom<D, BM, false, (QS <= -2 ? 3 : 2)>::SMEM : QS == 0 ? dkdv2_geom<D, false>::SMEM : dkdv_geom<D, BM, W, false>::SMEM;
+    if (QS == -4 && dkdv_ws_geom<D, BM, 3>::SMEM > a) a = dkdv_ws_geom<D, BM, 3>::SMEM;
+    const size_t b = WQ < 0 ? dq_wg_geom<D, BNQ>::SMEM + (WQ == -2 ? 256 : 0) : dq_geom<D, (WQ > 0 ? WQ : 4), MTQ, BNQ>::SMEM;
     return a > b ? a : b;
 }
 
