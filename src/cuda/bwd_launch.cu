@@ -116,7 +116,8 @@ static int fw_bwd_tc_pick(const fw_problem *p, int atomic, const fw_cuda_device_
     const int d64 = p->head_dim <= 64;
     const int n = d64 ? fw_bwd_tc_nvariants_d64 : fw_bwd_tc_nvariants_d128;
     int v = atomic ? (d64 ? FW_BWD_TC_ATOM_DEFAULT_64 : FW_BWD_TC_ATOM_DEFAULT_128)
-                   : (d64 ? FW_BWD_TC_DET_DEFAULT_64 : FW_BWD_TC_DET_DEFAULT_128);
+                   : (d64 ? (Lk <= FW_BWD_TC_DET_SHORT_LK_64 ? FW_BWD_TC_DET_SHORT_64 : FW_BWD_TC_DET_DEFAULT_64)
+                          : FW_BWD_TC_DET_DEFAULT_128);
     const char *env = getenv("FW_CUDA_BWD_TC_VARIANT");
     if (env && *env) v = atoi(env);
     if (v < 0 || v >= n) v = 0;
