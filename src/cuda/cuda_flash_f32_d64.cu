@@ -31,7 +31,7 @@ cudaError_t ff32_launch_d64(int variant, int cfg, const ff32_args *a, int batch,
 {
     if (variant == 0) {
         switch (cfg) {
-        case 0: return ff32_launch_exact<64, 128, 64, 8, 4, true>(a, batch, s);
+        case 0: return ff32_launch_exact<64, 128, 64, 8, 2, true>(a, batch, s); /* Q·Kᵀ loop unrolled by 2: 1-2% faster than 4 (run aa) */
         case 1: return ff32_launch_exact<64, 128, 32, 8, 4, false>(a, batch, s);
         case 2: return ff32_launch_exact<64, 128, 32, 8, 16, false>(a, batch, s);
         case 3: return ff32_launch_exact<64, 128, 32, 8, 4, true>(a, batch, s);
