@@ -133,11 +133,7 @@ template <typename T>
 static inline int fw_bwd_rows_vec16(const void *ptr, const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int64_t D)
 {
     constexpr int64_t V = 16 / sizeof(T);
-    const int64_t n[3] = {nb, nh, ns};
-    if (((uintptr_t)ptr & 15u) != 0 || D % V != 0) return 0;
-    for (int i = 0; i < 3; i++)
-        if (n[i] > 1 && s[i] % V != 0) return 0;
-    return 1;
+    return fw_cuda_aligned16(ptr) && D % V == 0 && fw_cuda_unaligned_stride(s, nb, nh, ns, V) < 0;
 }
 
 /* Δ_i = rowsum(dO_i ∘ O_i) in f32 over the rows (b, h, i) of (B, H, Lq), stored at (b·H + h)·Lq + i;

@@ -91,7 +91,7 @@ static int fw_bwd_atomic_mode(const fw_problem *p, const fw_config *cfg)
 
 static int fw_bwd_rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns)
 {
-    return fw_cuda_unaligned_stride(s, nb, nh, ns) < 0;
+    return fw_cuda_unaligned_stride(s, nb, nh, ns, 8) < 0;
 }
 
 /* The tensor-core kernels' variant for p, or -1 where they do not apply (f32; head_dim above 128 or not

@@ -154,8 +154,49 @@ template <typename T, int D, int BM, bool ATOMIC> struct dkdv_rows {
     }
 };
 
-/* OVL (deterministic only, 3 stages): step it's Sᵀ/dPᵀ products are issued together with step it-1's
- * dV/dK products, and step it's element-wise work runs while the latter finish (the forward's overlap). */
+/* The overlapped schedule of both dK/dV kernels over `total` query steps: step it's Sᵀ/dPᵀ products are
+ * issued together with step it-1's dV/dK products, and step it's element-wise work runs while the latter
+ * finish. wait_step(it): step it's data has landed; released(it): every product has read step it's stage.
+ * issue_sdp, issue_dvdk, elementwise(it): the kernel's step-indexed views of w's members. */
+template <class Rows, class Wait, class Released, class Sdp, class Dvdk, class Elementwise>
+__device__ __forceinline__ void dkdv_overlapped(Rows &w, int total, const Wait &wait_step, const Released &released,
+                                                const Sdp &issue_sdp, const Dvdk &issue_dvdk,
+                                                const Elementwise &elementwise)
+{
+    using namespace fwwg;
+    if (total > 0) {
+        wait_step(0);
+        issue_sdp(0);
+        wgmma_wait<0>();
+        wgmma_reg_fence(w.s);
+        wgmma_reg_fence(w.dp);
+        elementwise(0);
+        w.to_a();
+    }
+#pragma unroll 1
+    for (int it = 1; it < total; it++) {
+        wait_step(it);
+        issue_sdp(it);
+        issue_dvdk(it - 1);
+        wgmma_wait<1>(); /* Sᵀ, dPᵀ of step it done; dV, dK of step it-1 may still run */
+        wgmma_reg_fence(w.s);
+        wgmma_reg_fence(w.dp);
+        elementwise(it);
+        wgmma_wait<0>();
+        wgmma_reg_fence(w.dk);
+        wgmma_reg_fence(w.dv);
+        released(it - 1);
+        w.to_a();
+    }
+    if (total > 0) {
+        issue_dvdk(total - 1);
+        wgmma_wait<0>();
+        wgmma_reg_fence(w.dk);
+        wgmma_reg_fence(w.dv);
+    }
+}
+
+/* OVL (deterministic only, 3 stages): dkdv_overlapped's schedule (the forward's overlap). */
 template <typename T, int D, int BM_, bool ATOMIC, int ST_ = 2, bool OVL = false>
 __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
 {
@@ -232,35 +273,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const params p)
     };
 
     if constexpr (OVL) {
-        if (total > 0) {
-            next_stage(0);
-            issue_sdp(0);
-            wgmma_wait<0>();
-            wgmma_reg_fence(w.s);
-            wgmma_reg_fence(w.dp);
-            elementwise(0);
-            w.to_a();
-        }
-#pragma unroll 1
-        for (int it = 1; it < total; it++) {
-            next_stage(it);
-            issue_sdp(it);
-            issue_dvdk(it - 1);
-            wgmma_wait<1>(); /* Sᵀ, dPᵀ of step it done; dV, dK of step it-1 may still run */
-            wgmma_reg_fence(w.s);
-            wgmma_reg_fence(w.dp);
-            elementwise(it);
-            wgmma_wait<0>();
-            wgmma_reg_fence(w.dk);
-            wgmma_reg_fence(w.dv);
-            w.to_a();
-        }
-        if (total > 0) {
-            issue_dvdk(total - 1);
-            wgmma_wait<0>();
-            wgmma_reg_fence(w.dk);
-            wgmma_reg_fence(w.dv);
-        }
+        dkdv_overlapped(w, total, next_stage, [](int) {}, issue_sdp, issue_dvdk, elementwise);
     } else {
 #pragma unroll 1
         for (int it = 0; it < total; it++) {
@@ -349,7 +362,7 @@ struct dkdv_tma_maps {
 static inline int tma_make_rows_f32(CUtensorMap *map, const float *ptr, int Lq, long long BH, int rows)
 {
     PFN_cuTensorMapEncodeTiled_v12000 enc = fwwg::tma_encode_fn();
-    if (!enc || ((uintptr_t)ptr & 15u) || (Lq * 4) % 16) return 0;
+    if (!enc || !fw_cuda_aligned16(ptr) || (Lq * 4) % 16) return 0;
     cuuint64_t dims[2] = {(cuuint64_t)Lq, (cuuint64_t)BH};
     cuuint64_t strides[1] = {(cuuint64_t)Lq * 4};
     cuuint32_t box[2] = {(cuuint32_t)rows, 1}, estr[2] = {1, 1};
@@ -448,36 +461,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const params p, const _
     auto wait_full = [&](int it) { mbar_wait(bfull(it % ST), (uint32_t)((it / ST) & 1)); };
 
     mbar_wait(bkv, 0);
-    if (total > 0) {
-        wait_full(0);
-        issue_sdp(0);
-        wgmma_wait<0>();
-        wgmma_reg_fence(w.s);
-        wgmma_reg_fence(w.dp);
-        elementwise(0);
-        w.to_a();
-    }
-#pragma unroll 1
-    for (int it = 1; it < total; it++) {
-        wait_full(it);
-        issue_sdp(it);
-        issue_dvdk(it - 1);
-        wgmma_wait<1>(); /* Sᵀ, dPᵀ of step it done; dV, dK of step it-1 may still run */
-        wgmma_reg_fence(w.s);
-        wgmma_reg_fence(w.dp);
-        elementwise(it);
-        wgmma_wait<0>();
-        wgmma_reg_fence(w.dk);
-        wgmma_reg_fence(w.dv);
-        mbar_arrive(bempty((it - 1) % ST)); /* step it-1's stage is read */
-        w.to_a();
-    }
-    if (total > 0) {
-        issue_dvdk(total - 1);
-        wgmma_wait<0>();
-        wgmma_reg_fence(w.dk);
-        wgmma_reg_fence(w.dv);
-    }
+    dkdv_overlapped(w, total, wait_full, [&](int it) { mbar_arrive(bempty(it % ST)); /* step it's stage is read */ },
+                    issue_sdp, issue_dvdk, elementwise);
 
     w.store(p, n0, b, hk);
 #else
@@ -718,11 +703,7 @@ __global__ void __launch_bounds__(384, 1) dq_ws_kernel(const params p, const __g
     extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sdO = sQ + G::QD_BYTES, sK = sdO + G::QD_BYTES, sV = sK + ST * G::KV_BYTES;
-    const uint32_t bars = sV + ST * G::KV_BYTES; /* qdo_full, k_full[ST], v_full[ST], empty[ST] (8 bytes each) */
-    const uint32_t bq = bars;
-    auto bk = [&](int st) { return bars + 8u * (uint32_t)(1 + st); };
-    auto bv = [&](int st) { return bars + 8u * (uint32_t)(1 + ST + st); };
-    auto be = [&](int st) { return bars + 8u * (uint32_t)(1 + 2 * ST + st); };
+    const kv_ring_bars<ST> bar{sV + ST * G::KV_BYTES}; /* full = Q and dO */
     auto k_at = [&](int st) { return sK + (uint32_t)st * G::KV_BYTES; };
     auto v_at = [&](int st) { return sV + (uint32_t)st * G::KV_BYTES; };
 
@@ -730,35 +711,27 @@ __global__ void __launch_bounds__(384, 1) dq_ws_kernel(const params p, const __g
     const q_block blk = q_block::of<BM, BN>(p);
     const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
-    if (tid == 0) {
-        mbar_init(bq, 1);
-        for (int st = 0; st < ST; st++) {
-            mbar_init(bk(st), 1);
-            mbar_init(bv(st), 1);
-            mbar_init(be(st), 256);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (tid == 0) bar.init(256);
     __syncthreads();
 
     if (wg == 0) { /* producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (warp == 0 && lane == 0) {
-            mbar_expect_tx(bq, 2 * G::QD_BYTES);
+            mbar_expect_tx(bar.full(), 2 * G::QD_BYTES);
 #pragma unroll
             for (int cb = 0; cb < CB; cb++) {
-                tma_load(sQ + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, bq, cb * 64, m0, h, b);
-                tma_load(sdO + (uint32_t)(cb * BM * 128), &m.dout, m.swap_do, bq, cb * 64, m0, h, b);
+                tma_load(sQ + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, bar.full(), cb * 64, m0, h, b);
+                tma_load(sdO + (uint32_t)(cb * BM * 128), &m.dout, m.swap_do, bar.full(), cb * 64, m0, h, b);
             }
             for (int t = 0; t < n_tiles; t++) {
                 const int st = t % ST, n0 = n_begin + t * BN;
-                if (t >= ST) mbar_wait(be(st), (uint32_t)((t / ST - 1) & 1));
-                mbar_expect_tx(bk(st), G::KV_BYTES);
+                if (t >= ST) mbar_wait(bar.empty(st), (uint32_t)((t / ST - 1) & 1));
+                mbar_expect_tx(bar.k(st), G::KV_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < CB; cb++) tma_load(k_at(st) + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, bk(st), cb * 64, n0, hk, b);
-                mbar_expect_tx(bv(st), G::KV_BYTES);
+                for (int cb = 0; cb < CB; cb++) tma_load(k_at(st) + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, bar.k(st), cb * 64, n0, hk, b);
+                mbar_expect_tx(bar.v(st), G::KV_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < CB; cb++) tma_load(v_at(st) + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, bv(st), cb * 64, n0, hk, b);
+                for (int cb = 0; cb < CB; cb++) tma_load(v_at(st) + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, bar.v(st), cb * 64, n0, hk, b);
             }
         }
         return;
@@ -767,10 +740,10 @@ __global__ void __launch_bounds__(384, 1) dq_ws_kernel(const params p, const __g
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     dq_rows<T, D, BN, BM> w;
     w.init(p, sQ, sdO, wg - 1, warp & 3, lane, m0, b, h);
-    mbar_wait(bq, 0);
+    mbar_wait(bar.full(), 0);
     if (n_tiles > 0) {
-        mbar_wait(bk(0), 0);
-        mbar_wait(bv(0), 0);
+        mbar_wait(bar.k(0), 0);
+        mbar_wait(bar.v(0), 0);
         w.issue_s_dp(k_at(0), v_at(0));
         wgmma_wait<0>();
         wgmma_reg_fence(w.s);
@@ -780,8 +753,8 @@ __global__ void __launch_bounds__(384, 1) dq_ws_kernel(const params p, const __g
     }
     for (int t = 1; t < n_tiles; t++) {
         const int st = t % ST, pst = (t - 1) % ST;
-        mbar_wait(bk(st), (uint32_t)((t / ST) & 1));
-        mbar_wait(bv(st), (uint32_t)((t / ST) & 1));
+        mbar_wait(bar.k(st), (uint32_t)((t / ST) & 1));
+        mbar_wait(bar.v(st), (uint32_t)((t / ST) & 1));
         w.issue_s_dp(k_at(st), v_at(st));
         w.issue_dq(k_at(pst));
         wgmma_wait<1>(); /* S, dP of tile t done; dQ of tile t-1 may still run */
@@ -790,7 +763,7 @@ __global__ void __launch_bounds__(384, 1) dq_ws_kernel(const params p, const __g
         w.elementwise(p, m0, n_begin + t * BN);
         wgmma_wait<0>();
         wgmma_reg_fence(w.acc);
-        mbar_arrive(be(pst)); /* K(t-1) and V(t-1) are read */
+        mbar_arrive(bar.empty(pst)); /* K(t-1) and V(t-1) are read */
         w.ds_to_a();
     }
     if (n_tiles > 0) {

@@ -28,15 +28,16 @@ fw_status fw_cuda_failed(const fw_exec *ex, const char *call, cudaError_t e, con
 }
 #endif
 
-/* 16-byte rows for cp.async / ldmatrix: the pointer is 16-byte aligned; the stride of every dimension
- * longer than 1 (batch, head, seq; a size-1 dimension's stride is never used) is a multiple of 8
- * 16-bit elements; returns the index of the first stride that is not, or -1. */
+/* 16-byte rows for cp.async / ldmatrix / vector loads: the pointer is 16-byte aligned; the stride of every
+ * dimension longer than 1 (batch, head, seq; a size-1 dimension's stride is never used) is a multiple of
+ * `elems` elements (16 bytes: 8 16-bit or 4 32-bit ones); returns the index of the first stride that is
+ * not, or -1. */
 static inline int fw_cuda_aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
-static inline int fw_cuda_unaligned_stride(const int64_t *s, int64_t nb, int64_t nh, int64_t ns)
+static inline int fw_cuda_unaligned_stride(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int64_t elems)
 {
     const int64_t n[3] = {nb, nh, ns};
     for (int i = 0; i < 3; i++)
-        if (n[i] > 1 && s[i] % 8 != 0) return i;
+        if (n[i] > 1 && s[i] % elems != 0) return i;
     return -1;
 }
 

@@ -64,7 +64,7 @@ static int tc_variant_runs(const fw_flash_tc_variant *v, const fw_cuda_device_in
 static int tc_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, const char *name, char *why,
                          size_t why_len)
 {
-    const int i = fw_cuda_unaligned_stride(s, nb, nh, ns);
+    const int i = fw_cuda_unaligned_stride(s, nb, nh, ns, 8);
     if (i >= 0)
         return fw_why(why, why_len,
                       "%s stride[%d] is %lld elements; cuda-flash needs rows 16-byte aligned "

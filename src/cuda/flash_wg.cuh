@@ -387,6 +387,27 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, i
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
+/* The mbarriers of a warp-specialised kernel with resident tiles and ST stages of K and V, 8 bytes each
+ * from `base`: full (the resident tiles), k_full[ST], v_full[ST], empty[ST] (an arrival per consumer
+ * thread). init: by one thread, before a block-wide barrier. */
+template <int ST> struct kv_ring_bars {
+    uint32_t base;
+    __device__ __forceinline__ uint32_t full() const { return base; }
+    __device__ __forceinline__ uint32_t k(int st) const { return base + 8u * (uint32_t)(1 + st); }
+    __device__ __forceinline__ uint32_t v(int st) const { return base + 8u * (uint32_t)(1 + ST + st); }
+    __device__ __forceinline__ uint32_t empty(int st) const { return base + 8u * (uint32_t)(1 + 2 * ST + st); }
+    __device__ __forceinline__ void init(uint32_t consumers) const
+    {
+        mbar_init(full(), 1);
+        for (int st = 0; st < ST; st++) {
+            mbar_init(k(st), 1);
+            mbar_init(v(st), 1);
+            mbar_init(empty(st), consumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+};
+
 template <typename T, int D, int BN, int ST, bool PP>
 __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_params p, const __grid_constant__ tma_maps m)
 {
@@ -398,43 +419,31 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
     extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t sQ = base, sK = sQ + Q_BYTES, sV = sK + ST * KV_BYTES;
-    const uint32_t bars = sV + ST * KV_BYTES; /* q_full, k_full[ST], v_full[ST], empty[ST] (8 bytes each) */
-    const uint32_t bq = bars;
-    auto bk = [&](int st) { return bars + 8u * (uint32_t)(1 + st); };
-    auto bv = [&](int st) { return bars + 8u * (uint32_t)(1 + ST + st); };
-    auto be = [&](int st) { return bars + 8u * (uint32_t)(1 + 2 * ST + st); };
+    const kv_ring_bars<ST> bar{sV + ST * KV_BYTES}; /* full = Q */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     const fwd_block blk = fwd_block::of<BM, BN>(p);
     const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
-    if (tid == 0) {
-        mbar_init(bq, 1);
-        for (int st = 0; st < ST; st++) {
-            mbar_init(bk(st), 1);
-            mbar_init(bv(st), 1);
-            mbar_init(be(st), 256);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (tid == 0) bar.init(256);
     __syncthreads();
 
     if (wg == 0) { /* producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (warp == 0 && lane == 0) {
-            mbar_expect_tx(bq, Q_BYTES);
+            mbar_expect_tx(bar.full(), Q_BYTES);
 #pragma unroll
-            for (int cb = 0; cb < CB; cb++) tma_load(sQ + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, bq, cb * 64, m0, h, b);
+            for (int cb = 0; cb < CB; cb++) tma_load(sQ + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, bar.full(), cb * 64, m0, h, b);
             for (int t = 0; t < n_tiles; t++) {
                 const int st = t % ST, n0 = n_begin + t * BN;
-                if (t >= ST) mbar_wait(be(st), (uint32_t)((t / ST - 1) & 1));
+                if (t >= ST) mbar_wait(bar.empty(st), (uint32_t)((t / ST - 1) & 1));
                 const uint32_t dk = sK + (uint32_t)st * KV_BYTES, dv = sV + (uint32_t)st * KV_BYTES;
-                mbar_expect_tx(bk(st), KV_BYTES);
+                mbar_expect_tx(bar.k(st), KV_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < CB; cb++) tma_load(dk + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, bk(st), cb * 64, n0, hk, b);
-                mbar_expect_tx(bv(st), KV_BYTES);
+                for (int cb = 0; cb < CB; cb++) tma_load(dk + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, bar.k(st), cb * 64, n0, hk, b);
+                mbar_expect_tx(bar.v(st), KV_BYTES);
 #pragma unroll
-                for (int cb = 0; cb < CB; cb++) tma_load(dv + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, bv(st), cb * 64, n0, hk, b);
+                for (int cb = 0; cb < CB; cb++) tma_load(dv + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, bar.v(st), cb * 64, n0, hk, b);
             }
         }
         return;
@@ -451,9 +460,9 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
     auto turn_begin = [&]() { if (PP) named_sync(1 + wgc, 256); };
     auto turn_end = [&]() { if (PP) named_arrive(2 - wgc, 256); };
 
-    mbar_wait(bq, 0);
+    mbar_wait(bar.full(), 0);
     if (n_tiles > 0) {
-        mbar_wait(bk(0), 0);
+        mbar_wait(bar.k(0), 0);
         turn_begin();
         w.issue_s(sq, sK);
         turn_end();
@@ -465,8 +474,8 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
     }
     for (int t = 1; t < n_tiles; t++) {
         const int st = t % ST, pst = (t - 1) % ST;
-        mbar_wait(bk(st), (uint32_t)((t / ST) & 1));
-        mbar_wait(bv(pst), (uint32_t)(((t - 1) / ST) & 1));
+        mbar_wait(bar.k(st), (uint32_t)((t / ST) & 1));
+        mbar_wait(bar.v(pst), (uint32_t)(((t - 1) / ST) & 1));
         turn_begin();
         w.issue_s(sq, sK + (uint32_t)st * KV_BYTES);
         w.issue_pv(sV + (uint32_t)pst * KV_BYTES);
@@ -477,13 +486,13 @@ __global__ void __launch_bounds__(384, 1) flash_ws_kernel(const fw_flash_tc_para
         w.softmax(p, m0, n_begin + t * BN, alpha);
         wgmma_wait<0>();
         wgmma_reg_fence(w.o);
-        mbar_arrive(be(pst)); /* K(t-1) and V(t-1) are read */
+        mbar_arrive(bar.empty(pst)); /* K(t-1) and V(t-1) are read */
         w.rescale(alpha);
         w.p_to_a();
     }
     if (n_tiles > 0) {
         const int pst = (n_tiles - 1) % ST;
-        mbar_wait(bv(pst), (uint32_t)(((n_tiles - 1) / ST) & 1));
+        mbar_wait(bar.v(pst), (uint32_t)(((n_tiles - 1) / ST) & 1));
         turn_begin();
         w.issue_pv(sV + (uint32_t)pst * KV_BYTES);
         turn_end();
