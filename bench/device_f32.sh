@@ -58,9 +58,25 @@ fi
 echo "ptxas: $(grep -c 'bytes spill' "$OUT/build.log") kernels reported, nonzero spills:"
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
 
-timeout 120 "$BUILD/gpu_cuda_f32" > "$OUT/test.log" 2>&1
-echo "correctness rc=$? ($(grep -c ' ok ' "$OUT/test.log") ok lines); failures:"
+# FW_F32_PROFILE="kernel regex": Nsight Compute on the seed L=2048 launches of those kernels instead of the
+# rest (e.g. FW_F32_PROFILE='ff32_ws_kernel<\(bool\)1>', demangled names); log in $OUT/ncu.txt.
+if [ -n "${FW_F32_PROFILE:-}" ]; then
+    FW_F32_BENCH_ONLY=seed:2048 timeout 400 ncu --clock-control none --kernel-name-base demangled \
+        -k regex:"$FW_F32_PROFILE" --launch-count "${FW_F32_PROFILE_N:-2}" --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section InstructionStats \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+        "$BUILD/gpu_cuda_f32" --bench > "$OUT/ncu.txt" 2>&1
+    echo "ncu rc=$?"
+    grep -iE "ff32_w|Duration|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|stall|No Eligible|L2 Cache Throughput|L1/TEX Cache|Compute \(SM\)|Memory Throughput|Active Warps Per|Eligible Warps|Shared|Pipe" "$OUT/ncu.txt" | head -100
+    exit 0
+fi
+timeout 120 stdbuf -oL "$BUILD/gpu_cuda_f32" > "$OUT/test.log" 2>&1
+rc=$?
+echo "correctness rc=$rc ($(grep -c ' ok ' "$OUT/test.log") ok lines); failures:"
 grep -E "FAIL|failures" "$OUT/test.log" | head -40
+# a hang (a kernel that never finishes) would also hang the sanitizers and the benchmark
+[ $rc = 124 ] && { echo "the correctness run timed out; last lines:"; tail -3 "$OUT/test.log"; exit 1; }
 
 {
     echo "== memcheck"; timeout 150 compute-sanitizer --tool memcheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5

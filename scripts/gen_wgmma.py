@@ -11,6 +11,8 @@ w('''/* wgmma (sm_90a) wrappers: warpgroup matrix multiply-accumulate, f32 accum
  *   wgmma_ss_tt<T, N>(...): as wgmma_ss with A M-major and B N-major (imm-trans-a = imm-trans-b = 1).
  *   wgmma_rs<T, N>(d, a, desc_b, accumulate): A (m64 x k16) from registers (the m16n8k16 A fragment of each
  *       warp's 16 rows), B N-major in shared memory (imm-trans-b = 1).
+ *   wgmma_rs_tf32<N>(d, a, desc_b, accumulate): d (m64 x N) (+)= A (m64 x k8, tf32 in registers: the m16n8k8
+ *       A fragment of each warp's 16 rows) * B (k8 x N, tf32, K-major in shared memory; tf32 has no transpose).
  * d is float[N/8][4]: for each n8 tile, (row g, cols 2t+0..1), (row g+8, cols 2t+0..1) of the warp's 16 rows,
  * g = lane / 4, t = lane % 4: the mma.sync m16n8 C layout. */
 #ifndef FW_WGMMA_CUH
@@ -27,6 +29,15 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\\n" ::"n"(N) : "memory");
 }
+/* Matrix descriptor of a 128-byte-swizzled tile (PTX ISA, "Matrix Descriptor Format"): start address,
+ * leading- and stride-dimension byte offsets (>> 4), swizzle mode 1 = 128 bytes in bits 62-63. */
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+/* Orders this thread's generic-proxy shared-memory writes before later async-proxy (wgmma, TMA) accesses. */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory"); }
 /* Keeps the compiler from moving accesses of an accumulator across a wgmma wait. */
 template <int N> __device__ __forceinline__ void wgmma_reg_fence(float (&d)[N][4])
 {
@@ -67,6 +78,19 @@ for tname, ptx in (("__half", "f16"), ("__nv_bfloat16", "bf16")):
     asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 5}, 0;\\n"
                  "wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{ptx}.{ptx} "
                  "{{{regs}}}, {{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}, p, 1, 1, 1;\\n}}\\n"
+                 : {outs}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}}''')
+for N in (64,):
+    nreg = N // 2
+    regs = ", ".join("%%%d" % i for i in range(nreg))
+    outs = ", ".join('"+f"(d[%d][%d])' % (i // 4, i % 4) for i in range(nreg))
+    w(f'''template <int N> __device__ __forceinline__ void wgmma_rs_tf32(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t db, int acc);
+template <> __device__ __forceinline__ void wgmma_rs_tf32<{N}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t db, int acc)
+{{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nreg + 5}, 0;\\n"
+                 "wgmma.mma_async.sync.aligned.m64n{N}k8.f32.tf32.tf32 "
+                 "{{{regs}}}, {{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}, p, 1, 1;\\n}}\\n"
                  : {outs}
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }}''')

@@ -369,8 +369,14 @@ static int run_bench(const char *dir)
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     printf("RESULT tag B H L D causal backend precision config ms TFLOPs max_abs rel_l2\n");
+    const char *only = getenv("FW_F32_BENCH_ONLY"); /* "tag:L", e.g. seed:2048: that case alone (profiling) */
     for (size_t ic = 0; ic < sizeof cases / sizeof cases[0]; ic++) {
         const tcase *c = &cases[ic];
+        if (only) {
+            char want[64];
+            snprintf(want, sizeof want, "%s:%d", c->what, c->Lq);
+            if (strcmp(only, want)) continue;
+        }
         tbuf t;
         tb_alloc(&t, c);
         const int have_ref = tb_reference(&t);

@@ -3,6 +3,7 @@
  * instantiated per head-dim bucket in cuda_flash_f32_d{32,64,128,256}.cu; this file is the backend
  * table: what it supports, its configurations (tile shapes), and the launcher. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "flash_f32_kernel.cuh"
 
@@ -21,6 +22,17 @@ static int ff32_table(int64_t D, int variant, const ff32_cfg_info **t)
     case 128: return ff32_configs_d128(variant, t);
     default: return ff32_configs_d256(variant, t);
     }
+}
+
+/* wgmma configurations run on compute capability 9.0 only (sm_90a machine code); FW_CUDA_FLASH_WG=0 hides
+ * them (as for cuda-flash). */
+static int ff32_cfg_runs(const ff32_cfg_info *c, int device)
+{
+    if (!c->sm90a) return 1;
+    const char *env = getenv("FW_CUDA_FLASH_WG");
+    if (env && !strcmp(env, "0")) return 0;
+    fw_cuda_device_info di;
+    return fw_cuda_device_facts(device, &di) && fw_cuda_is_sm90a(&di);
 }
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
@@ -50,6 +62,7 @@ static int configs_(const fw_problem *p, fw_config *out, int max)
         const ff32_cfg_info *t;
         const int cnt = ff32_table(p->head_dim, variant, &t);
         for (int i = 0; i < cnt && n < max; i++) {
+            if (!ff32_cfg_runs(&t[i], p->device.index)) continue;
             fw_config *c = &out[n++];
             memset(c, 0, sizeof *c);
             snprintf(c->name, sizeof c->name, "%s%s", variant == 1 ? "tf32-" : variant == 2 ? "3xtf32-" : "",
@@ -74,7 +87,8 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     const int variant = ff32_variant(p->precision);
     const ff32_cfg_info *t;
     const int cnt = ff32_table(p->head_dim, variant, &t);
-    int ci = 0; /* a config is found by its name (with or without the precision prefix) or tile shape */
+    int ci = 0; /* the first that runs here; or found by its name (with or without the precision prefix) or tile shape */
+    while (ci + 1 < cnt && !ff32_cfg_runs(&t[ci], p->device.index)) ci++;
     if (cfg && (cfg->name[0] || cfg->block_m)) {
         ci = -1;
         for (int i = 0; i < cnt && ci < 0; i++) {
@@ -83,12 +97,17 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
             else if (!strncmp(nm, "3xtf32-", 7)) nm += 7;
             if (nm[0] ? !strcmp(nm, t[i].name)
                       : (cfg->block_m == t[i].block_m && cfg->block_n == t[i].block_n &&
-                         (!cfg->warps || cfg->warps == t[i].warps)))
+                         (!cfg->warps || cfg->warps == t[i].warps) && ff32_cfg_runs(&t[i], p->device.index)))
                 ci = i;
         }
         if (ci < 0) {
             fw_why(ex->err, ex->err_len, "cuda-flash-f32 has no configuration \"%s\" (bm%d bn%d) for head_dim %lld",
                    cfg->name, cfg->block_m, cfg->block_n, (long long)p->head_dim);
+            return FW_ERR_INVALID_VALUE;
+        }
+        if (!ff32_cfg_runs(&t[ci], p->device.index)) {
+            fw_why(ex->err, ex->err_len, "cuda-flash-f32 configuration \"%s\" is a wgmma kernel: it needs a compute "
+                   "capability 9.0 device (and FW_CUDA_FLASH_WG unset or 1)", t[ci].name);
             return FW_ERR_INVALID_VALUE;
         }
     }

@@ -41,6 +41,7 @@ struct ff32_args {
 struct ff32_cfg_info {
     const char *name;
     int block_m, block_n, warps;
+    int sm90a; /* 1: a wgmma kernel (flash_f32_wg.cuh), compute capability 9.0 only */
 };
 #define FF32_DECLARE(DB)                                                                           \
     int ff32_configs_d##DB(int variant, const ff32_cfg_info **table);                              \

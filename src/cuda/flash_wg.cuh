@@ -39,16 +39,6 @@ using fwtc::cp_async_wait;
 using fwtc::fast_exp2;
 using fwtc::pack2;
 
-/* Matrix descriptor of a 128-byte-swizzled tile (PTX ISA, "Matrix Descriptor Format"): start address,
- * leading- and stride-dimension byte offsets (>> 4), swizzle mode 1 = 128 bytes in bits 62-63. */
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo)
-{
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
-           (1ull << 62);
-}
-
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
 /* Per-thread cursor filling ROWS x D tiles in the swizzled layout: thread tid copies chunk c = tid % (D/8)
  * of rows tid / (D/8) + i RS (RS = NT / (D/8), a multiple of 8, so the swizzle term r % 8 is the same
  * for all of a thread's rows). Rows past nrows and columns >= d are zero-filled. */

@@ -1,0 +1,534 @@
+/* cuda-flash-f32's tf32 and 3xtf32 modes on Hopper: wgmma (sm_90a), head dims up to 64.
+ *
+ * tf32 wgmma reads B only K-major from shared memory (no transposed form as for f16/bf16), so V has to be
+ * transposed on its way in, and 3xtf32 needs the big (tf32-rounded) and small (the rest, rounded) parts of
+ * every operand. So each key tile goes twice through shared memory: cp.async copies K and V as they are
+ * into a raw double buffer; then all threads split them into the wgmma tiles: K big/small (keys are rows,
+ * d contiguous) and Vᵀ big/small (d rows, keys contiguous), both in the 128-byte-swizzled layout of
+ * flash_wg.cuh (two 32-float column blocks of 64 rows each). The split of tile t+1 runs while the tensor
+ * cores compute tile t.
+ *
+ * Block: 2 warpgroups x 64 query rows (BM 128), key tiles of 64 (BN). Q (pre-scaled by scale·log2 e) and
+ * P are A operands in registers, already split; the S accumulator's column order is the A fragment's
+ * k order when K's rows are stored permuted inside each group of 8 keys (position 2t + e holds key t + 4e:
+ * the mma.sync kernel's trick, done here by the split). Per warpgroup and tile:
+ *   S(t) = Q K(t)ᵀ          3 wgmma per k8 step (small·big, big·small, big·big), tf32: 1
+ *   O += P(t-1) V(t-1)      the same, B = Vᵀ(t-1)
+ *   split tile t+1          (all threads, while both products run)
+ *   wait S(t); online softmax; wait P·V; rescale O; P(t) to A fragments.
+ * Shared memory (3xtf32): raw K/V 2 x 32 KB, split K 2 x 32 KB, split Vᵀ 3 x 32 KB (V(t-1) is still read
+ * while tile t+1 is split) = 224 KB; tf32 keeps no small parts: 144 KB.
+ *
+ * Two kernels share these pieces: ff32_wg_kernel (every thread loads, splits and computes; a block-wide
+ * barrier per tile) and ff32_ws_kernel (a producer warpgroup loads and splits, mbarriers hand the stages to
+ * two consumer warpgroups; the default). Compiled for sm_90a only (the bodies trap elsewhere);
+ * cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
+#ifndef FW_FLASH_F32_WG_CUH
+#define FW_FLASH_F32_WG_CUH
+
+#include "flash_f32_kernel.cuh"
+#include "flash_wg.cuh" /* mbarrier and named-barrier helpers */
+#include "wgmma.cuh"
+
+#ifdef __CUDACC__
+
+template <bool SPLIT> struct ff32_wg_cfg {
+    static constexpr int BM = 128, BN = 64, DB = 64, NT = 256;
+    static constexpr uint32_t RAW = 2 * BN * DB * 4;           /* one stage of raw K and V */
+    static constexpr uint32_t PART = BN * DB * 4;              /* one split tile part (big or small) */
+    static constexpr uint32_t KST = (SPLIT ? 2 : 1) * PART;    /* one split K stage */
+    static constexpr uint32_t VST = KST;                       /* one split Vᵀ stage */
+    static constexpr uint32_t OFF_K = 2 * RAW, OFF_V = OFF_K + 2 * KST;
+    static constexpr size_t SMEM = (size_t)OFF_V + 3 * VST + 1024; /* + alignment of the base to 1024 */
+    static constexpr int QST = DB + 4; /* Q staging row stride (floats), in the split-Vᵀ area */
+};
+
+/* tf32 rounding (to nearest, ties away) by integer ops, and the rest: x = big + small to ~22 bits. */
+__device__ __forceinline__ uint32_t ff32_wg_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+template <bool SPLIT> __device__ __forceinline__ void ff32_wg_split(float x, uint32_t &big, uint32_t &small)
+{
+    big = ff32_wg_round(x);
+    if (SPLIT) small = ff32_wg_round(x - __uint_as_float(big));
+}
+
+/* A raw 64 x 64 tile (rows from src, row stride rs; rows >= nrows and columns >= D zero) by cp.async:
+ * 16-byte chunk c of row r at chunk c ^ ((r / 4) % 8), so that the split's 4x4 transposes read it
+ * without bank conflicts. */
+template <int NT>
+__device__ __forceinline__ void ff32_wg_load_raw(float *dst, const float *src, long long rs, int nrows, int D, int vec16,
+                                                 int tid)
+{
+    if (vec16) {
+#pragma unroll
+        for (int idx = tid; idx < 64 * 16; idx += NT) {
+            const int r = idx >> 4, c = idx & 15;
+            const float *g = src;
+            int bytes = 0;
+            if (r < nrows && 4 * c < D) {
+                g = src + r * rs + 4 * c;
+                bytes = min(16, (D - 4 * c) * 4);
+            }
+            ff32_cp16(dst + r * 64 + ((c ^ ((r >> 2) & 7)) << 2), g, bytes);
+        }
+    } else {
+        for (int idx = tid; idx < 64 * 64; idx += NT) {
+            const int r = idx >> 6, col = idx & 63;
+            const bool ok = r < nrows && col < D;
+            ff32_cp4(dst + r * 64 + ((((col >> 2) ^ ((r >> 2) & 7))) << 2) + (col & 3), ok ? src + r * rs + col : src,
+                     ok ? 4 : 0);
+        }
+    }
+}
+
+/* Byte offset of 16-byte chunk c (0..15 along the row) of row r in a 64-row swizzled tile of 2 column blocks. */
+__device__ __forceinline__ uint32_t ff32_wg_sw(int r, int c)
+{
+    return (uint32_t)((c >> 3) * 64 * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* Raw tile -> split wgmma tiles, NT threads. K: row r (key) goes to position 2(r%4) + (r/4)%2 of its group
+ * of 8. Vᵀ: a thread transposes 4x4 blocks (keys 4kb.., d 4c..), kb = index % 16, so that a quarter warp's
+ * reads and writes hit 8 different 16-byte chunks. */
+template <bool SPLIT, int NT>
+__device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *sk, int tid)
+{
+#pragma unroll 2
+    for (int i = 0; i < 1024 / NT; i++) {
+        const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
+        const float4 x = *reinterpret_cast<const float4 *>(rk + r * 64 + ((c ^ ((r >> 2) & 7)) << 2));
+        const int pos = (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
+        uint4 big, small;
+        ff32_wg_split<SPLIT>(x.x, big.x, small.x);
+        ff32_wg_split<SPLIT>(x.y, big.y, small.y);
+        ff32_wg_split<SPLIT>(x.z, big.z, small.z);
+        ff32_wg_split<SPLIT>(x.w, big.w, small.w);
+        const uint32_t off = ff32_wg_sw(pos, c);
+        *reinterpret_cast<uint4 *>(sk + off) = big;
+        if (SPLIT) *reinterpret_cast<uint4 *>(sk + ff32_wg_cfg<SPLIT>::PART + off) = small;
+    }
+}
+template <bool SPLIT, int NT>
+__device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *sv, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < 256 / NT; i++) {
+        const int idx = tid + NT * i, kb = idx & 15, c = idx >> 4;
+        float4 x[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int r = 4 * kb + j;
+            x[j] = *reinterpret_cast<const float4 *>(rv + r * 64 + ((c ^ (kb & 7)) << 2));
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float y0 = e == 0 ? x[0].x : e == 1 ? x[0].y : e == 2 ? x[0].z : x[0].w;
+            const float y1 = e == 0 ? x[1].x : e == 1 ? x[1].y : e == 2 ? x[1].z : x[1].w;
+            const float y2 = e == 0 ? x[2].x : e == 1 ? x[2].y : e == 2 ? x[2].z : x[2].w;
+            const float y3 = e == 0 ? x[3].x : e == 1 ? x[3].y : e == 2 ? x[3].z : x[3].w;
+            uint4 big, small;
+            ff32_wg_split<SPLIT>(y0, big.x, small.x);
+            ff32_wg_split<SPLIT>(y1, big.y, small.y);
+            ff32_wg_split<SPLIT>(y2, big.z, small.z);
+            ff32_wg_split<SPLIT>(y3, big.w, small.w);
+            const uint32_t off = ff32_wg_sw(4 * c + e, kb);
+            *reinterpret_cast<uint4 *>(sv + off) = big;
+            if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
+        }
+    }
+}
+
+/* d (+)= A · B over K = 64 (8 k8 steps); A big/small in registers, B big (+ small at +PART) at desc b.
+ * 3xtf32: small·big + big·small + big·big. +1 in the descriptor = 16 bytes: 2 per k8 step inside a
+ * 128-byte row, a column block (64 rows x 128 bytes = 512 units) per 4 steps. */
+template <bool SPLIT>
+__device__ __forceinline__ void ff32_wg_gemm(float (&d)[8][4], const uint32_t (&ab)[8][4], const uint32_t (&as)[8][4],
+                                             uint64_t b, int acc)
+{
+    typedef ff32_wg_cfg<SPLIT> C;
+    fwwg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        const uint64_t o = (uint64_t)((kk >> 2) * 512 + (kk & 3) * 2);
+        if (SPLIT) {
+            fwwg::wgmma_rs_tf32<64>(d, as[kk], b + o, acc || kk > 0);
+            fwwg::wgmma_rs_tf32<64>(d, ab[kk], b + (C::PART >> 4) + o, 1);
+            fwwg::wgmma_rs_tf32<64>(d, ab[kk], b + o, 1);
+        } else {
+            fwwg::wgmma_rs_tf32<64>(d, ab[kk], b + o, acc || kk > 0);
+        }
+    }
+    fwwg::wgmma_commit();
+}
+
+/* One warpgroup's 64 query rows (a warp: rows wrow + g, wrow + g + 8): Q and P as split A fragments, the S
+ * and O accumulators, running max and sum, the visible key range of its rows. Both kernels use it. */
+template <bool SPLIT> struct ff32_wg_rows {
+    uint32_t qb[8][4], qs[8][4], pb[8][4], ps[8][4];
+    float o[8][4], s[8][4], m[2], l[2];
+    int lo[2], hi[2], wrow, g, t4;
+
+    __device__ __forceinline__ void init(const ff32_args &a, int m0, int wrow_, int lane)
+    {
+        wrow = wrow_;
+        g = lane >> 2;
+        t4 = lane & 3;
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            ff32_range(a, (long long)m0 + wrow + g + 8 * rr, &lo[rr], &hi[rr]);
+            m[rr] = -INFINITY;
+            l[rr] = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    }
+    /* Q's A fragments (pre-scaled by scale·log2 e, split) from a row-major tile: row r, column c at q[r * rs + c];
+     * rows >= rows and columns >= D read as 0. */
+    __device__ __forceinline__ void load_q(const float *q, long long rs, int rows, int D, float sc)
+    {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = wrow + g + 8 * (e & 1), c = 8 * kk + t4 + 4 * (e >> 1);
+                const float x = r < rows && c < D ? q[r * rs + c] * sc : 0.0f;
+                ff32_wg_split<SPLIT>(x, qb[kk][e], qs[kk][e]);
+            }
+    }
+    /* Mask (tiles on the band's edge), online softmax of S in place (keys from n0); alpha: the rescale of O. */
+    __device__ __forceinline__ void softmax(int n0, bool edge, float (&alpha)[2])
+    {
+        if (edge) {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = n0 + 8 * j + t4 + 4 * (e & 1), rr = e >> 1;
+                    if (key < lo[rr] || key >= hi[rr]) s[j][e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float mx = m[rr];
+#pragma unroll
+            for (int j = 0; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * rr], s[j][2 * rr + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mu = mx == -INFINITY ? 0.0f : mx;
+            alpha[rr] = ff32_exp2(m[rr] - mu);
+            m[rr] = mx;
+            float ls = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                s[j][2 * rr] = ff32_exp2(s[j][2 * rr] - mu);
+                s[j][2 * rr + 1] = ff32_exp2(s[j][2 * rr + 1] - mu);
+                ls += s[j][2 * rr] + s[j][2 * rr + 1];
+            }
+            l[rr] = l[rr] * alpha[rr] + ls;
+        }
+    }
+    /* O *= alpha (its P·V product retired), then P into the A fragments (which that product read):
+     * k-slot t <-> S column 2t (key t), slot t + 4 <-> column 2t + 1 (key t + 4). */
+    __device__ __forceinline__ void rescale_and_take_p(const float (&alpha)[2])
+    {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+            ff32_wg_split<SPLIT>(s[j][0], pb[j][0], ps[j][0]);
+            ff32_wg_split<SPLIT>(s[j][2], pb[j][1], ps[j][1]);
+            ff32_wg_split<SPLIT>(s[j][1], pb[j][2], ps[j][2]);
+            ff32_wg_split<SPLIT>(s[j][3], pb[j][3], ps[j][3]);
+        }
+    }
+    /* Normalise and write O (rows < rows, columns < D) and the LSE. */
+    __device__ __forceinline__ void store(const ff32_args &a, int m0, int rows, int b, int h)
+    {
+        float *op = a.o + b * a.os[0] + h * a.os[1];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            float lr = l[rr];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            const int row = wrow + g + 8 * rr;
+            if (row >= rows) continue;
+            const bool live = lr > 0.0f || lr != lr;
+            const float inv = live ? 1.0f / lr : 0.0f;
+            float *orow = op + (long long)(m0 + row) * a.os[2];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int col = j * 8 + 2 * t4;
+                if (col < a.D) orow[col] = o[j][2 * rr] * inv;
+                if (col + 1 < a.D) orow[col + 1] = o[j][2 * rr + 1] * inv;
+            }
+            if (a.lse && t4 == 0)
+                a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] =
+                    live ? (m[rr] == -INFINITY ? 0.0f : m[rr]) * 0.69314718055994531f + logf(lr) : -INFINITY;
+        }
+    }
+};
+
+/* A block's query rows, heads and key tiles (heaviest query tiles first). */
+struct ff32_wg_block {
+    int m0, rows, h, b, t_begin, n_tiles;
+    ff32_band bd;
+    const float *qp, *kp, *vp;
+    __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN)
+    {
+        const int mblk = gridDim.x - 1 - blockIdx.x;
+        h = blockIdx.y;
+        b = blockIdx.z;
+        const int hk = h / a.group;
+        m0 = mblk * BM;
+        rows = min(BM, a.Lq - m0);
+        qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
+        kp = a.k + b * a.ks[0] + hk * a.ks[1];
+        vp = a.v + b * a.vs[0] + hk * a.vs[1];
+        bd = ff32_block_band(a, m0, rows);
+        t_begin = bd.n_begin / BN;
+        n_tiles = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN - t_begin : 0;
+    }
+    __device__ __forceinline__ int n0(int i, int BN) const { return (t_begin + i) * BN; }
+    __device__ __forceinline__ bool edge(int i, int BN) const
+    {
+        return n0(i, BN) < bd.lo_max || n0(i, BN) + BN > bd.hi_min;
+    }
+    /* raw K and V of key tile i (by NT threads) */
+    template <int NT> __device__ __forceinline__ void load_raw(const ff32_args &a, float *dst, int i, int tid) const
+    {
+        const int n = n0(i, 64);
+        ff32_wg_load_raw<NT>(dst, kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D, a.vec16, tid);
+        ff32_wg_load_raw<NT>(dst + 64 * 64, vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D, a.vec16, tid);
+    }
+};
+
+__device__ __forceinline__ unsigned char *ff32_wg_base(unsigned char *smem)
+{
+    return smem + ((1024u - ((uint32_t)__cvta_generic_to_shared(smem) & 1023u)) & 1023u);
+}
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef ff32_wg_cfg<SPLIT> C;
+    constexpr int BM = C::BM, BN = C::BN, NT = C::NT;
+    extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
+    unsigned char *base = ff32_wg_base(ff32_wg_smem);
+    float *raw = reinterpret_cast<float *>(base);
+    unsigned char *sK = base + C::OFF_K, *sV = base + C::OFF_V;
+    const uint32_t sK_addr = (uint32_t)__cvta_generic_to_shared(sK), sV_addr = (uint32_t)__cvta_generic_to_shared(sV);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    ff32_wg_block blk;
+    blk.init(a, BM, BN);
+    const int n_tiles = blk.n_tiles;
+
+    auto split = [&](int i) { /* raw stage i % 2 into split K stage i % 2 and Vᵀ stage i % 3 */
+        const float *r = raw + (i & 1) * (2 * 64 * 64);
+        ff32_wg_split_k<SPLIT, NT>(r, sK + (i & 1) * C::KST, tid);
+        ff32_wg_split_v<SPLIT, NT>(r + 64 * 64, sV + (i % 3) * C::VST, tid);
+        fwwg::fence_proxy_async();
+    };
+    auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::KST), 16, 1024); };
+    auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::VST), 16, 1024); };
+
+    /* Q through the (still unused) split-Vᵀ area, then into registers */
+    float *Qs = reinterpret_cast<float *>(sV);
+    ff32_load_tile<BM, 64, C::QST, NT>(Qs, blk.qp, a.qs[2], blk.rows, a.D, a.vec16, tid);
+    if (n_tiles > 0) blk.load_raw<NT>(a, raw, 0, tid);
+    ff32_commit();
+    if (n_tiles > 1) blk.load_raw<NT>(a, raw + 2 * 64 * 64, 1, tid);
+    ff32_commit();
+    ff32_wait<1>();
+    __syncthreads();
+    ff32_wg_rows<SPLIT> w;
+    w.init(a, blk.m0, warp * 16, lane);
+    w.load_q(Qs, C::QST, BM, 64, a.scale_log2);
+    __syncthreads(); /* Q staging read: the split-Vᵀ area is free */
+    if (n_tiles > 0) split(0);
+
+    if (n_tiles > 0) {
+        ff32_wait<0>();
+        __syncthreads(); /* split tile 0 visible (with the proxy fence); raw tile 1 landed */
+        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(0), 0);
+        if (2 < n_tiles) blk.load_raw<NT>(a, raw, 2, tid);
+        ff32_commit();
+        if (1 < n_tiles) split(1);
+        fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.s);
+        float alpha[2];
+        w.softmax(blk.n0(0, BN), blk.edge(0, BN), alpha);
+        w.rescale_and_take_p(alpha);
+    }
+    for (int i = 1; i < n_tiles; i++) {
+        ff32_wait<0>();
+        __syncthreads(); /* split tile i visible; raw tile i + 1 landed */
+        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(i), 0);
+        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc(i - 1), 1);
+        if (i + 2 < n_tiles) blk.load_raw<NT>(a, raw + (i & 1) * (2 * 64 * 64), i + 2, tid); /* tile i: split already */
+        ff32_commit();
+        if (i + 1 < n_tiles) split(i + 1); /* K stage of tile i - 1 (S(i-1) retired), Vᵀ stage of tile i - 2 */
+        fwwg::wgmma_wait<1>(); /* S(i) done; P(i-1)·V(i-1) may still run */
+        fwwg::wgmma_reg_fence(w.s);
+        float alpha[2];
+        w.softmax(blk.n0(i, BN), blk.edge(i, BN), alpha);
+        fwwg::wgmma_wait<0>(); /* P(i-1)·V(i-1) retired: O may be rescaled and P's fragments rewritten */
+        fwwg::wgmma_reg_fence(w.o);
+        w.rescale_and_take_p(alpha);
+    }
+    if (n_tiles > 0) {
+        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc(n_tiles - 1), 1);
+        fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.o);
+    }
+    ff32_wait<0>();
+    w.store(a, blk.m0, blk.rows, blk.b, blk.h);
+#else
+    (void)a;
+    __trap(); /* sm_90a only: cuda_flash_f32.cu never launches it elsewhere */
+#endif
+}
+
+/* ---- warp-specialised version -----------------------------------------------------------------------
+ * Warpgroup 0 produces: cp.async of the raw tiles, then the split; it hands split K and Vᵀ stages to the
+ * consumers through mbarriers (k_full/v_full: 128 producer arrivals after a proxy fence; k_empty/v_empty:
+ * 256 consumer arrivals once their wgmmas retired). Warpgroups 1 and 2 consume 64 query rows each, with
+ * no block-wide barrier. (Ping-pong of the two consumers' products, as in flash_ws_kernel, measured 1-3%
+ * slower here: run ad of docs/PERF-gpu-f32.md.) Producer registers
+ * 56, consumers 224: 128·56 + 256·224 = 384·168, the launch's allocation (setmaxnreg.inc waits for
+ * registers the others gave back; asking for more than that deadlocks). */
+template <bool SPLIT> struct ff32_ws_bars {
+    uint32_t base;
+    __device__ __forceinline__ uint32_t k_full(int st) const { return base + 8u * (uint32_t)st; }
+    __device__ __forceinline__ uint32_t k_empty(int st) const { return base + 8u * (uint32_t)(2 + st); }
+    __device__ __forceinline__ uint32_t v_full(int st) const { return base + 8u * (uint32_t)(4 + st); }
+    __device__ __forceinline__ uint32_t v_empty(int st) const { return base + 8u * (uint32_t)(7 + st); }
+    __device__ __forceinline__ void init() const
+    {
+        for (int st = 0; st < 2; st++) {
+            fwwg::mbar_init(k_full(st), 128);
+            fwwg::mbar_init(k_empty(st), 256);
+        }
+        for (int st = 0; st < 3; st++) {
+            fwwg::mbar_init(v_full(st), 128);
+            fwwg::mbar_init(v_empty(st), 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+};
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef ff32_wg_cfg<SPLIT> C;
+    constexpr int BN = C::BN, PT = 128; /* producer threads */
+    extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
+    unsigned char *base = ff32_wg_base(ff32_wg_smem);
+    float *raw = reinterpret_cast<float *>(base);
+    unsigned char *sK = base + C::OFF_K, *sV = base + C::OFF_V;
+    const uint32_t sK_addr = (uint32_t)__cvta_generic_to_shared(sK), sV_addr = (uint32_t)__cvta_generic_to_shared(sV);
+    const ff32_ws_bars<SPLIT> bar{(uint32_t)__cvta_generic_to_shared(base + C::OFF_V + 3 * C::VST)};
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    ff32_wg_block blk;
+    blk.init(a, C::BM, BN);
+    const int n_tiles = blk.n_tiles;
+    if (tid == 0) bar.init();
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+        if (n_tiles > 0) blk.load_raw<PT>(a, raw, 0, tid);
+        ff32_commit();
+        if (n_tiles > 1) blk.load_raw<PT>(a, raw + 2 * 64 * 64, 1, tid);
+        ff32_commit();
+        for (int t = 0; t < n_tiles; t++) {
+            const float *r = raw + (t & 1) * (2 * 64 * 64);
+            ff32_wait<1>();
+            fwwg::named_sync(4, PT); /* raw tile t landed, every producer thread's part */
+            if (t >= 2) fwwg::mbar_wait(bar.k_empty(t & 1), (uint32_t)(((t >> 1) - 1) & 1));
+            ff32_wg_split_k<SPLIT, PT>(r, sK + (t & 1) * C::KST, tid);
+            fwwg::fence_proxy_async();
+            fwwg::mbar_arrive(bar.k_full(t & 1));
+            if (t >= 3) fwwg::mbar_wait(bar.v_empty(t % 3), (uint32_t)((t / 3 - 1) & 1));
+            ff32_wg_split_v<SPLIT, PT>(r + 64 * 64, sV + (t % 3) * C::VST, tid);
+            fwwg::fence_proxy_async();
+            fwwg::mbar_arrive(bar.v_full(t % 3));
+            fwwg::named_sync(4, PT); /* raw stage t % 2 read by every producer thread */
+            if (t + 2 < n_tiles) blk.load_raw<PT>(a, raw + (t & 1) * (2 * 64 * 64), t + 2, tid);
+            ff32_commit();
+        }
+        ff32_wait<0>();
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+    const int wgc = wg - 1;
+    ff32_wg_rows<SPLIT> w;
+    w.init(a, blk.m0, wgc * 64 + (warp & 3) * 16, lane);
+    w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
+    auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::KST), 16, 1024); };
+    auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::VST), 16, 1024); };
+
+    if (n_tiles > 0) {
+        fwwg::mbar_wait(bar.k_full(0), 0);
+        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(0), 0);
+        fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.s);
+        fwwg::mbar_arrive(bar.k_empty(0));
+        float alpha[2];
+        w.softmax(blk.n0(0, BN), blk.edge(0, BN), alpha);
+        w.rescale_and_take_p(alpha);
+    }
+    for (int i = 1; i < n_tiles; i++) {
+        fwwg::mbar_wait(bar.k_full(i & 1), (uint32_t)((i >> 1) & 1));
+        fwwg::mbar_wait(bar.v_full((i - 1) % 3), (uint32_t)(((i - 1) / 3) & 1));
+        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(i), 0);
+        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc(i - 1), 1);
+        fwwg::wgmma_wait<1>(); /* S(i) done; P(i-1)·V(i-1) may still run */
+        fwwg::wgmma_reg_fence(w.s);
+        fwwg::mbar_arrive(bar.k_empty(i & 1));
+        float alpha[2];
+        w.softmax(blk.n0(i, BN), blk.edge(i, BN), alpha);
+        fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.o);
+        fwwg::mbar_arrive(bar.v_empty((i - 1) % 3));
+        w.rescale_and_take_p(alpha);
+    }
+    if (n_tiles > 0) {
+        fwwg::mbar_wait(bar.v_full((n_tiles - 1) % 3), (uint32_t)(((n_tiles - 1) / 3) & 1));
+        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc(n_tiles - 1), 1);
+        fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.o);
+    }
+    w.store(a, blk.m0, blk.rows, blk.b, blk.h);
+#else
+    (void)a;
+    __trap(); /* sm_90a only */
+#endif
+}
+
+template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int batch, cudaStream_t s)
+{
+    typedef ff32_wg_cfg<SPLIT> C;
+    cudaError_t e = fw_cuda_smem_limit<ff32_wg_kernel<SPLIT>>(C::SMEM);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((a->Lq + C::BM - 1) / C::BM), (unsigned)a->H, (unsigned)batch);
+    ff32_wg_kernel<SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a);
+    return cudaGetLastError();
+}
+
+template <bool SPLIT> static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
+{
+    typedef ff32_wg_cfg<SPLIT> C;
+    const size_t smem = C::SMEM + 128; /* + the mbarriers */
+    cudaError_t e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT>>(smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((unsigned)((a->Lq + C::BM - 1) / C::BM), (unsigned)a->H, (unsigned)batch);
+    ff32_ws_kernel<SPLIT><<<grid, 384, smem, s>>>(*a);
+    return cudaGetLastError();
+}
+
+#endif /* __CUDACC__ */
+#endif
