@@ -71,6 +71,13 @@ if [ -n "${FW_F32_PROFILE:-}" ]; then
     grep -iE "ff32_w|Duration|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|stall|No Eligible|L2 Cache Throughput|L1/TEX Cache|Compute \(SM\)|Memory Throughput|Active Warps Per|Eligible Warps|Shared|Pipe" "$OUT/ncu.txt" | head -100
     exit 0
 fi
+# FW_F32_BENCH_ONLY=tag:L (e.g. seed:2048): that benchmark case alone, no tests or sanitizers (experiments).
+if [ -n "${FW_F32_BENCH_ONLY:-}" ]; then
+    timeout 300 "$BUILD/gpu_cuda_f32" --bench > "$OUT/bench_c.log" 2>&1
+    echo "bench rc=$?"
+    grep RESULT "$OUT/bench_c.log" | grep -v " tag " | awk '{printf "%-6s %-15s %-6s %-22s %9s ms %7s TF %s\n", $5, $8, $9, $10, $11, $12, $13}'
+    exit 0
+fi
 timeout 120 stdbuf -oL "$BUILD/gpu_cuda_f32" > "$OUT/test.log" 2>&1
 rc=$?
 echo "correctness rc=$rc ($(grep -c ' ok ' "$OUT/test.log") ok lines); failures:"
