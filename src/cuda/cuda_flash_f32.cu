@@ -89,6 +89,9 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     const int cnt = ff32_table(p->head_dim, variant, &t);
     int ci = 0; /* the first that runs here; or found by its name (with or without the precision prefix) or tile shape */
     while (ci + 1 < cnt && !ff32_cfg_runs(&t[ci], p->device.index)) ci++;
+    /* Short keys: the pre-split wgmma kernel's extra pass does not pay (run ak of docs/PERF-gpu-f32.md: the
+     * in-block split kernel, entry 1, 20-25% faster at L <= 256) */
+    if (t[ci].sm90a && ci + 1 < cnt && t[ci + 1].sm90a && p->seqlen_k <= 256) ci++;
     if (cfg && (cfg->name[0] || cfg->block_m)) {
         ci = -1;
         for (int i = 0; i < cnt && ci < 0; i++) {

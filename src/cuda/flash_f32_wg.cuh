@@ -20,8 +20,8 @@
  * while tile t+1 is split) = 224 KB; tf32 keeps no small parts: 144 KB.
  *
  * Two kernels share these pieces: ff32_wg_kernel (every thread loads, splits and computes; a block-wide
- * barrier per tile) and ff32_ws_kernel (a producer warpgroup loads and splits, mbarriers hand the stages to
- * two consumer warpgroups; the default). Compiled for sm_90a only (the bodies trap elsewhere);
+ * barrier per tile) and ff32_ws_kernel (the default: a pre-pass splits every K/V tile once into a workspace;
+ * one producer thread bulk-copies the split tiles, mbarriers hand them to two consumer warpgroups). Compiled for sm_90a only (the bodies trap elsewhere);
  * cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
 #ifndef FW_FLASH_F32_WG_CUH
 #define FW_FLASH_F32_WG_CUH
@@ -161,10 +161,14 @@ __device__ __forceinline__ void ff32_wg_gemm(float (&d)[8][4], const uint32_t (&
 }
 
 /* One warpgroup's 64 query rows (a warp: rows wrow + g, wrow + g + 8): Q and P as split A fragments, the S
- * and O accumulators, running max and sum, the visible key range of its rows. Both kernels use it. */
-template <bool SPLIT> struct ff32_wg_rows {
+ * and O accumulators, running max and sum, the visible key range of its rows. Both kernels use it.
+ * FRESH_PV: each key tile's P·V is summed in its own accumulator and added to O in f32. The tensor cores'
+ * accumulation does not round to nearest; over 256 k8 steps x 3 products into O (L = 2048) 3xtf32 erred
+ * 1.2e-5 on some inputs. 32 more registers: the warp-specialised kernel has them, ff32_wg_kernel not. */
+template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
     uint32_t qb[8][4], qs[8][4], pb[8][4], ps[8][4];
     float o[8][4], s[8][4], m[2], l[2];
+    float pv[FRESH_PV ? 8 : 1][4];
     int lo[2], hi[2], wrow, g, t4;
 
     __device__ __forceinline__ void init(const ff32_args &a, int m0, int wrow_, int lane)
@@ -180,6 +184,31 @@ template <bool SPLIT> struct ff32_wg_rows {
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        if constexpr (FRESH_PV) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) pv[j][0] = pv[j][1] = pv[j][2] = pv[j][3] = 0.0f;
+        }
+    }
+    /* O (+)= P·V of one key tile: issued and committed, not waited for. */
+    __device__ __forceinline__ void issue_pv(uint64_t v)
+    {
+        if constexpr (FRESH_PV) ff32_wg_gemm<SPLIT>(pv, pb, ps, v, 0);
+        else ff32_wg_gemm<SPLIT>(o, pb, ps, v, 1);
+    }
+    /* The last tile's P·V retired. */
+    __device__ __forceinline__ void finish_pv()
+    {
+        if constexpr (FRESH_PV) {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[j][e] += pv[j][e];
+        }
+    }
+    __device__ __forceinline__ void fence_pv() /* after the wait for a P·V product */
+    {
+        if constexpr (FRESH_PV) fwwg::wgmma_reg_fence(pv);
+        else fwwg::wgmma_reg_fence(o);
     }
     /* Q's A fragments (pre-scaled by scale·log2 e, split) from a row-major tile: row r, column c at q[r * rs + c];
      * rows >= rows and columns >= D read as 0. */
@@ -226,12 +255,16 @@ template <bool SPLIT> struct ff32_wg_rows {
             l[rr] = l[rr] * alpha[rr] + ls;
         }
     }
-    /* O *= alpha (its P·V product retired), then P into the A fragments (which that product read):
+    /* O *= alpha (its P·V product retired, added first with FRESH_PV), then P into the A fragments (which that product read):
      * k-slot t <-> S column 2t (key t), slot t + 4 <-> column 2t + 1 (key t + 4). */
     __device__ __forceinline__ void rescale_and_take_p(const float (&alpha)[2])
     {
 #pragma unroll
         for (int j = 0; j < 8; j++) {
+            if constexpr (FRESH_PV) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[j][e] += pv[j][e];
+            }
             o[j][0] *= alpha[0];
             o[j][1] *= alpha[0];
             o[j][2] *= alpha[1];
@@ -390,15 +423,51 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
 #endif
 }
 
-/* ---- warp-specialised version -----------------------------------------------------------------------
- * Warpgroup 0 produces: cp.async of the raw tiles, then the split; it hands split K and Vᵀ stages to the
- * consumers through mbarriers (k_full/v_full: 128 producer arrivals after a proxy fence; k_empty/v_empty:
- * 256 consumer arrivals once their wgmmas retired). Warpgroups 1 and 2 consume 64 query rows each, with
- * no block-wide barrier. (Ping-pong of the two consumers' products, as in flash_ws_kernel, measured 1-3%
- * slower here: run ad of docs/PERF-gpu-f32.md.) Producer registers
- * 56, consumers 224: 128·56 + 256·224 = 384·168, the launch's allocation (setmaxnreg.inc waits for
- * registers the others gave back; asking for more than that deadlocks). */
-template <bool SPLIT> struct ff32_ws_bars {
+/* ---- split once per head, then a warp-specialised kernel -----------------------------------------------
+ * Splitting every K/V tile in every query block repeats the work L/128 times, and a producer warpgroup doing it
+ * per block was the bottleneck (runs af-ah of docs/PERF-gpu-f32.md: 0.55 of 1.76 ms at L = 2048). So a pre-pass
+ * (ff32_presplit_kernel, one block per key tile and kv head) writes each tile's split K and Vᵀ parts, in the
+ * swizzled shared-memory layout, contiguously to a workspace: tile (b, hk, t) at ((b Hk + hk) n_kt + t) TILE
+ * bytes, K big (+ small) then Vᵀ big (+ small). The main kernel's producer is one thread issuing 1-D bulk copies
+ * (cp.async.bulk, completing on the stage's mbarrier); warpgroups 1 and 2 consume 64 query rows each. */
+template <bool SPLIT> struct ff32_ps_cfg {
+    typedef ff32_wg_cfg<SPLIT> W;
+    static constexpr uint32_t TILE = W::KST + W::VST; /* one tile's split K and Vᵀ in the workspace */
+    static constexpr uint32_t OFF_V = 2 * W::KST, OFF_BAR = OFF_V + 3 * W::VST;
+    static constexpr size_t SMEM = (size_t)OFF_BAR + 128 + 1024; /* + mbarriers, + base alignment */
+    static constexpr size_t PRE_SMEM = (size_t)W::RAW; /* pre-pass: one raw K and V tile */
+};
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(256) ff32_presplit_kernel(const ff32_args a, unsigned char *ws)
+{
+    extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
+    float *raw = reinterpret_cast<float *>(ff32_wg_smem);
+    const int t = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    const int n0 = t * 64;
+    const float *kp = a.k + b * a.ks[0] + hk * a.ks[1] + (long long)n0 * a.ks[2];
+    const float *vp = a.v + b * a.vs[0] + hk * a.vs[1] + (long long)n0 * a.vs[2];
+    ff32_wg_load_raw<256>(raw, kp, a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
+    ff32_wg_load_raw<256>(raw + 64 * 64, vp, a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+    ff32_commit();
+    ff32_wait<0>();
+    __syncthreads();
+    /* straight to the workspace: a quarter warp's 16-byte stores fill one 128-byte row */
+    unsigned char *dst = ws + (((long long)b * gridDim.y + hk) * gridDim.x + t) * (long long)ff32_ps_cfg<SPLIT>::TILE;
+    ff32_wg_split_k<SPLIT, 256>(raw, dst, tid);
+    ff32_wg_split_v<SPLIT, 256>(raw + 64 * 64, dst + ff32_wg_cfg<SPLIT>::KST, tid);
+}
+
+__device__ __forceinline__ void ff32_bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* k_full/v_full: the producer's expect-tx arrival + the bulk copy's bytes; k_empty/v_empty: 256 consumer
+ * arrivals once their wgmmas retired. Split K has 2 stages, Vᵀ 3 (V(t-1) is read while K(t+1) may land). */
+struct ff32_ws_bars {
     uint32_t base;
     __device__ __forceinline__ uint32_t k_full(int st) const { return base + 8u * (uint32_t)st; }
     __device__ __forceinline__ uint32_t k_empty(int st) const { return base + 8u * (uint32_t)(2 + st); }
@@ -407,11 +476,11 @@ template <bool SPLIT> struct ff32_ws_bars {
     __device__ __forceinline__ void init() const
     {
         for (int st = 0; st < 2; st++) {
-            fwwg::mbar_init(k_full(st), 128);
+            fwwg::mbar_init(k_full(st), 1);
             fwwg::mbar_init(k_empty(st), 256);
         }
         for (int st = 0; st < 3; st++) {
-            fwwg::mbar_init(v_full(st), 128);
+            fwwg::mbar_init(v_full(st), 1);
             fwwg::mbar_init(v_empty(st), 256);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -419,57 +488,47 @@ template <bool SPLIT> struct ff32_ws_bars {
 };
 
 template <bool SPLIT>
-__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a)
+__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, const unsigned char *ws)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef ff32_wg_cfg<SPLIT> C;
-    constexpr int BN = C::BN, PT = 128; /* producer threads */
+    typedef ff32_ps_cfg<SPLIT> C;
+    constexpr int BN = C::W::BN;
     extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
     unsigned char *base = ff32_wg_base(ff32_wg_smem);
-    float *raw = reinterpret_cast<float *>(base);
-    unsigned char *sK = base + C::OFF_K, *sV = base + C::OFF_V;
-    const uint32_t sK_addr = (uint32_t)__cvta_generic_to_shared(sK), sV_addr = (uint32_t)__cvta_generic_to_shared(sV);
-    const ff32_ws_bars<SPLIT> bar{(uint32_t)__cvta_generic_to_shared(base + C::OFF_V + 3 * C::VST)};
+    const uint32_t sK_addr = (uint32_t)__cvta_generic_to_shared(base), sV_addr = sK_addr + C::OFF_V;
+    const ff32_ws_bars bar{sK_addr + C::OFF_BAR};
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     ff32_wg_block blk;
-    blk.init(a, C::BM, BN);
+    blk.init(a, C::W::BM, BN);
     const int n_tiles = blk.n_tiles;
     if (tid == 0) bar.init();
     __syncthreads();
 
-    if (wg == 0) { /* producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
-        if (n_tiles > 0) blk.load_raw<PT>(a, raw, 0, tid);
-        ff32_commit();
-        if (n_tiles > 1) blk.load_raw<PT>(a, raw + 2 * 64 * 64, 1, tid);
-        ff32_commit();
-        for (int t = 0; t < n_tiles; t++) {
-            const float *r = raw + (t & 1) * (2 * 64 * 64);
-            ff32_wait<1>();
-            fwwg::named_sync(4, PT); /* raw tile t landed, every producer thread's part */
-            if (t >= 2) fwwg::mbar_wait(bar.k_empty(t & 1), (uint32_t)(((t >> 1) - 1) & 1));
-            ff32_wg_split_k<SPLIT, PT>(r, sK + (t & 1) * C::KST, tid);
-            fwwg::fence_proxy_async();
-            fwwg::mbar_arrive(bar.k_full(t & 1));
-            if (t >= 3) fwwg::mbar_wait(bar.v_empty(t % 3), (uint32_t)((t / 3 - 1) & 1));
-            ff32_wg_split_v<SPLIT, PT>(r + 64 * 64, sV + (t % 3) * C::VST, tid);
-            fwwg::fence_proxy_async();
-            fwwg::mbar_arrive(bar.v_full(t % 3));
-            fwwg::named_sync(4, PT); /* raw stage t % 2 read by every producer thread */
-            if (t + 2 < n_tiles) blk.load_raw<PT>(a, raw + (t & 1) * (2 * 64 * 64), t + 2, tid);
-            ff32_commit();
+    if (wg == 0) { /* producer: one thread */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (tid == 0) {
+            const int hkn = a.H / a.group, n_kt = (a.Lk + BN - 1) / BN;
+            const unsigned char *src =
+                ws + (((long long)blk.b * hkn + blk.h / a.group) * n_kt + blk.t_begin) * (long long)C::TILE;
+            for (int t = 0; t < n_tiles; t++, src += C::TILE) {
+                if (t >= 2) fwwg::mbar_wait(bar.k_empty(t & 1), (uint32_t)(((t >> 1) - 1) & 1));
+                fwwg::mbar_expect_tx(bar.k_full(t & 1), C::W::KST);
+                ff32_bulk_copy(sK_addr + (uint32_t)(t & 1) * C::W::KST, src, C::W::KST, bar.k_full(t & 1));
+                if (t >= 3) fwwg::mbar_wait(bar.v_empty(t % 3), (uint32_t)((t / 3 - 1) & 1));
+                fwwg::mbar_expect_tx(bar.v_full(t % 3), C::W::VST);
+                ff32_bulk_copy(sV_addr + (uint32_t)(t % 3) * C::W::VST, src + C::W::KST, C::W::VST, bar.v_full(t % 3));
+            }
         }
-        ff32_wait<0>();
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int wgc = wg - 1;
-    ff32_wg_rows<SPLIT> w;
+    ff32_wg_rows<SPLIT, SPLIT> w;
     w.init(a, blk.m0, wgc * 64 + (warp & 3) * 16, lane);
     w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
-    auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::KST), 16, 1024); };
-    auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::VST), 16, 1024); };
+    auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::W::KST), 16, 1024); };
+    auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::W::VST), 16, 1024); };
 
     if (n_tiles > 0) {
         fwwg::mbar_wait(bar.k_full(0), 0);
@@ -485,26 +544,28 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a)
         fwwg::mbar_wait(bar.k_full(i & 1), (uint32_t)((i >> 1) & 1));
         fwwg::mbar_wait(bar.v_full((i - 1) % 3), (uint32_t)(((i - 1) / 3) & 1));
         ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(i), 0);
-        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc(i - 1), 1);
+        w.issue_pv(v_desc(i - 1));
         fwwg::wgmma_wait<1>(); /* S(i) done; P(i-1)·V(i-1) may still run */
         fwwg::wgmma_reg_fence(w.s);
         fwwg::mbar_arrive(bar.k_empty(i & 1));
         float alpha[2];
         w.softmax(blk.n0(i, BN), blk.edge(i, BN), alpha);
         fwwg::wgmma_wait<0>();
-        fwwg::wgmma_reg_fence(w.o);
+        w.fence_pv();
         fwwg::mbar_arrive(bar.v_empty((i - 1) % 3));
         w.rescale_and_take_p(alpha);
     }
     if (n_tiles > 0) {
         fwwg::mbar_wait(bar.v_full((n_tiles - 1) % 3), (uint32_t)(((n_tiles - 1) / 3) & 1));
-        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc(n_tiles - 1), 1);
+        w.issue_pv(v_desc(n_tiles - 1));
         fwwg::wgmma_wait<0>();
-        fwwg::wgmma_reg_fence(w.o);
+        w.fence_pv();
+        w.finish_pv();
     }
     w.store(a, blk.m0, blk.rows, blk.b, blk.h);
 #else
     (void)a;
+    (void)ws;
     __trap(); /* sm_90a only */
 #endif
 }
@@ -519,15 +580,30 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int 
     return cudaGetLastError();
 }
 
+/* The pre-pass into a workspace (B·Hk·⌈Lk/64⌉ tiles, 64 KB each in 3xtf32, 32 KB in tf32), then the kernel. */
 template <bool SPLIT> static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
 {
-    typedef ff32_wg_cfg<SPLIT> C;
-    const size_t smem = C::SMEM + 128; /* + the mbarriers */
-    cudaError_t e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT>>(smem);
+    typedef ff32_ps_cfg<SPLIT> C;
+    const int hkn = a->H / a->group, n_kt = (a->Lk + 63) / 64;
+    const size_t bytes = (size_t)batch * hkn * n_kt * C::TILE;
+    cudaError_t e = fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
+    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT>>(C::SMEM);
     if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)((a->Lq + C::BM - 1) / C::BM), (unsigned)a->H, (unsigned)batch);
-    ff32_ws_kernel<SPLIT><<<grid, 384, smem, s>>>(*a);
-    return cudaGetLastError();
+    void *ws = NULL;
+    if (bytes) {
+        e = fw_cuda_ws_alloc(&ws, bytes, s);
+        if (e != cudaSuccess) return e;
+        ff32_presplit_kernel<SPLIT><<<dim3((unsigned)n_kt, (unsigned)hkn, (unsigned)batch), 256, C::PRE_SMEM, s>>>(
+            *a, reinterpret_cast<unsigned char *>(ws));
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) {
+        dim3 grid((unsigned)((a->Lq + C::W::BM - 1) / C::W::BM), (unsigned)a->H, (unsigned)batch);
+        ff32_ws_kernel<SPLIT><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<const unsigned char *>(ws));
+        e = cudaGetLastError();
+    }
+    const cudaError_t f = ws ? fw_cuda_ws_free(ws, bytes, s) : cudaSuccess;
+    return e != cudaSuccess ? e : f;
 }
 
 #endif /* __CUDACC__ */
