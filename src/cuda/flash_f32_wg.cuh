@@ -169,16 +169,15 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
     uint32_t qb[8][4], qs[8][4], pb[8][4], ps[8][4];
     float o[8][4], s[8][4], m[2], l[2];
     float pv[FRESH_PV ? 8 : 1][4];
-    int lo[2], hi[2], wrow, g, t4;
+    int wrow, g, t4;
 
-    __device__ __forceinline__ void init(const ff32_args &a, int m0, int wrow_, int lane)
+    __device__ __forceinline__ void init(int wrow_, int lane)
     {
         wrow = wrow_;
         g = lane >> 2;
         t4 = lane & 3;
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
-            ff32_range(a, (long long)m0 + wrow + g + 8 * rr, &lo[rr], &hi[rr]);
             m[rr] = -INFINITY;
             l[rr] = 0.0f;
         }
@@ -223,10 +222,14 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
                 ff32_wg_split<SPLIT>(x, qb[kk][e], qs[kk][e]);
             }
     }
-    /* Mask (tiles on the band's edge), online softmax of S in place (keys from n0); alpha: the rescale of O. */
-    __device__ __forceinline__ void softmax(int n0, bool edge, float (&alpha)[2])
+    /* Mask (tiles on the band's edge: the rows' key ranges computed there, not kept in registers), online
+     * softmax of S in place (keys from n0); alpha: the rescale of O. */
+    __device__ __forceinline__ void softmax(const ff32_args &a, int m0, int n0, bool edge, float (&alpha)[2])
     {
         if (edge) {
+            int lo[2], hi[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) ff32_range(a, (long long)m0 + wrow + g + 8 * rr, &lo[rr], &hi[rr]);
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -376,7 +379,7 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
     ff32_wait<1>();
     __syncthreads();
     ff32_wg_rows<SPLIT> w;
-    w.init(a, blk.m0, warp * 16, lane);
+    w.init(warp * 16, lane);
     w.load_q(Qs, C::QST, BM, 64, a.scale_log2);
     __syncthreads(); /* Q staging read: the split-Vᵀ area is free */
     if (n_tiles > 0) split(0);
@@ -391,7 +394,7 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
         fwwg::wgmma_wait<0>();
         fwwg::wgmma_reg_fence(w.s);
         float alpha[2];
-        w.softmax(blk.n0(0, BN), blk.edge(0, BN), alpha);
+        w.softmax(a, blk.m0, blk.n0(0, BN), blk.edge(0, BN), alpha);
         w.rescale_and_take_p(alpha);
     }
     for (int i = 1; i < n_tiles; i++) {
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
         fwwg::wgmma_wait<1>(); /* S(i) done; P(i-1)·V(i-1) may still run */
         fwwg::wgmma_reg_fence(w.s);
         float alpha[2];
-        w.softmax(blk.n0(i, BN), blk.edge(i, BN), alpha);
+        w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
         fwwg::wgmma_wait<0>(); /* P(i-1)·V(i-1) retired: O may be rescaled and P's fragments rewritten */
         fwwg::wgmma_reg_fence(w.o);
         w.rescale_and_take_p(alpha);
@@ -525,7 +528,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int wgc = wg - 1;
     ff32_wg_rows<SPLIT, SPLIT> w;
-    w.init(a, blk.m0, wgc * 64 + (warp & 3) * 16, lane);
+    w.init(wgc * 64 + (warp & 3) * 16, lane);
     w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
     auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::W::KST), 16, 1024); };
     auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::W::VST), 16, 1024); };
@@ -537,7 +540,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
         fwwg::wgmma_reg_fence(w.s);
         fwwg::mbar_arrive(bar.k_empty(0));
         float alpha[2];
-        w.softmax(blk.n0(0, BN), blk.edge(0, BN), alpha);
+        w.softmax(a, blk.m0, blk.n0(0, BN), blk.edge(0, BN), alpha);
         w.rescale_and_take_p(alpha);
     }
     for (int i = 1; i < n_tiles; i++) {
@@ -549,7 +552,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
         fwwg::wgmma_reg_fence(w.s);
         fwwg::mbar_arrive(bar.k_empty(i & 1));
         float alpha[2];
-        w.softmax(blk.n0(i, BN), blk.edge(i, BN), alpha);
+        w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
         fwwg::wgmma_wait<0>();
         w.fence_pv();
         fwwg::mbar_arrive(bar.v_empty((i - 1) % 3));
