@@ -1,3 +1,4 @@
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdint.h>
@@ -128,4 +129,10 @@ extern "C" int fw_cuda_device_facts(int index, fw_cuda_device_info *out)
     }
     *out = facts[index];
     return 1;
+}
+
+extern "C" int fw_cuda_wg_enabled(const fw_cuda_device_info *d)
+{
+    const char *env = getenv("FW_CUDA_FLASH_WG");
+    return fw_cuda_is_sm90a(d) && !(env && !strcmp(env, "0"));
 }

@@ -71,6 +71,9 @@ typedef struct fw_cuda_device_info {
 int fw_cuda_device_facts(int index, fw_cuda_device_info *out);
 /* Compute capability 9.0: where the sm_90a machine code (wgmma, setmaxnreg) runs. */
 static inline int fw_cuda_is_sm90a(const fw_cuda_device_info *d) { return d->cc_major == 9 && d->cc_minor == 0; }
+/* The wgmma (sm_90a) kernels of cuda-flash and cuda-flash-f32 may run: compute capability 9.0, and the
+ * environment's FW_CUDA_FLASH_WG is not "0". */
+int fw_cuda_wg_enabled(const fw_cuda_device_info *d);
 size_t fw_cuda_workspace_peak(void);
 size_t fw_cuda_workspace_in_use(void);
 void fw_cuda_workspace_reset_peak(void);

@@ -55,8 +55,7 @@ static size_t tc_variant_smem(const fw_flash_tc_variant *v)
  * machine code, which runs on compute capability 9.0 only. */
 static int tc_variant_runs(const fw_flash_tc_variant *v, const fw_cuda_device_info *di)
 {
-    if (v->wg && !fw_cuda_is_sm90a(di)) return 0;
-    if (v->wg && getenv("FW_CUDA_FLASH_WG") && !strcmp(getenv("FW_CUDA_FLASH_WG"), "0")) return 0;
+    if (v->wg && !fw_cuda_wg_enabled(di)) return 0;
     return (int)tc_variant_smem(v) <= di->smem_optin;
 }
 

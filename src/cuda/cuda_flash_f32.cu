@@ -3,7 +3,6 @@
  * instantiated per head-dim bucket in cuda_flash_f32_d{32,64,128,256}.cu; this file is the backend
  * table: what it supports, its configurations (tile shapes), and the launcher. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include "flash_f32_kernel.cuh"
 
@@ -28,11 +27,8 @@ static int ff32_table(int64_t D, int variant, const ff32_cfg_info **t)
  * them (as for cuda-flash). */
 static int ff32_cfg_runs(const ff32_cfg_info *c, int device)
 {
-    if (!c->sm90a) return 1;
-    const char *env = getenv("FW_CUDA_FLASH_WG");
-    if (env && !strcmp(env, "0")) return 0;
     fw_cuda_device_info di;
-    return fw_cuda_device_facts(device, &di) && fw_cuda_is_sm90a(&di);
+    return !c->sm90a || (fw_cuda_device_facts(device, &di) && fw_cuda_wg_enabled(&di));
 }
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)

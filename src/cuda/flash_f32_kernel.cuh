@@ -79,11 +79,14 @@ __device__ __forceinline__ float ff32_exp2(float x)
 }
 
 /* Rows [0, ROWS) × cols [0, DB) of a tile into shared memory (row stride SST); rows >= nrows and
- * cols >= D are zero-filled. src points at the tile's row 0 (a valid row); rs = row stride. */
-template <int ROWS, int DB, int SST, int NT>
+ * cols >= D are zero-filled. src points at the tile's row 0 (a valid row); rs = row stride.
+ * SWZ: 16-byte chunk c of row r goes to chunk c ^ ((r / 4) % 8) (flash_f32_wg.cuh's raw tiles, whose 4x4
+ * transposes then read without bank conflicts). */
+template <int ROWS, int DB, int SST, int NT, bool SWZ = false>
 __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, long long rs, int nrows, int D,
                                                int vec16, int tid)
 {
+    auto chunk = [](int r, int c4) { return SWZ ? c4 ^ ((r >> 2) & 7) : c4; }; /* 16-byte chunk c4 of row r */
     if (vec16) {
         constexpr int CH = DB / 4;
 #pragma unroll 4
@@ -95,13 +98,13 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
                 g = src + r * rs + c;
                 bytes = min(16, (D - c) * 4);
             }
-            ff32_cp16(dst + r * SST + c, g, bytes);
+            ff32_cp16(dst + r * SST + chunk(r, c >> 2) * 4, g, bytes);
         }
     } else {
         for (int idx = tid; idx < ROWS * DB; idx += NT) {
             const int r = idx / DB, c = idx % DB;
             const bool ok = r < nrows && c < D;
-            ff32_cp4(dst + r * SST + c, ok ? src + r * rs + c : src, ok ? 4 : 0);
+            ff32_cp4(dst + r * SST + (SWZ ? chunk(r, c >> 2) * 4 + (c & 3) : c), ok ? src + r * rs + c : src, ok ? 4 : 0);
         }
     }
 }
@@ -131,6 +134,29 @@ __device__ __forceinline__ ff32_band ff32_block_band(const ff32_args &a, int m0,
     bd.hi_min = hi0;
     return bd;
 }
+
+/* A block's query tile (heaviest, i.e. last, query tiles first for causal-like masks), head, batch, the
+ * Q/K/V bases of its head and kv head, and the key tiles [t_begin, t_end) of size BN its rows may see. */
+struct ff32_block {
+    int m0, rows, h, b, t_begin, t_end;
+    ff32_band bd;
+    const float *qp, *kp, *vp;
+    __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN)
+    {
+        const int mblk = gridDim.x - 1 - blockIdx.x;
+        h = blockIdx.y;
+        b = blockIdx.z;
+        const int hk = h / a.group;
+        m0 = mblk * BM;
+        rows = min(BM, a.Lq - m0);
+        qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
+        kp = a.k + b * a.ks[0] + hk * a.ks[1];
+        vp = a.v + b * a.vs[0] + hk * a.vs[1];
+        bd = ff32_block_band(a, m0, rows);
+        t_begin = bd.n_begin / BN;
+        t_end = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN : t_begin;
+    }
+};
 
 /* Writes the Q tile (rows valid < rows), pre-scaled by scale·log2 e and zero-padded, to Qs. */
 /* K and V of key tile t (keys t·BN..) into Kd, Vd as one cp.async group (both kernels' double buffer). */
@@ -205,17 +231,11 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
     float *Ps = Vs + C::KVB * BN * VST;
 
     const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
-    const int mblk = gridDim.x - 1 - blockIdx.x; /* heaviest (last) query tiles first */
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
-    const int m0 = mblk * BM;
-    const int rows = min(BM, a.Lq - m0);
-    const float *qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
-    const float *kp = a.k + b * a.ks[0] + hk * a.ks[1];
-    const float *vp = a.v + b * a.vs[0] + hk * a.vs[1];
-
-    const ff32_band bd = ff32_block_band(a, m0, rows);
-    const int t_begin = bd.n_begin / BN;
-    const int t_end = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN : t_begin;
+    ff32_block blk;
+    blk.init(a, BM, BN);
+    const int h = blk.h, b = blk.b, m0 = blk.m0, rows = blk.rows, t_begin = blk.t_begin, t_end = blk.t_end;
+    const float *qp = blk.qp, *kp = blk.kp, *vp = blk.vp;
+    const ff32_band bd = blk.bd;
 
     int lo[TM], hi[TM];
 #pragma unroll
@@ -410,6 +430,18 @@ __device__ __forceinline__ void ff32_mma(float *c, const unsigned *a, unsigned b
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c += a·b in tf32, or in 3xtf32 (SPLIT: small·big + big·small + big·big) from split operands. */
+template <bool SPLIT>
+__device__ __forceinline__ void ff32_mma3(float *c, const unsigned *ab, const unsigned *as, unsigned b0b, unsigned b0s,
+                                          unsigned b1b, unsigned b1s)
+{
+    if (SPLIT) {
+        ff32_mma(c, as, b0b, b1b);
+        ff32_mma(c, ab, b0s, b1s);
+    }
+    ff32_mma(c, ab, b0b, b1b);
+}
+
 template <int DB, int BN, int MW, bool SPLIT>
 __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
 {
@@ -423,17 +455,11 @@ __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
     float *Vs = Ks + 2 * BN * KST;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
-    const int mblk = gridDim.x - 1 - blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / a.group;
-    const int m0 = mblk * BM;
-    const int rows = min(BM, a.Lq - m0);
-    const float *qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
-    const float *kp = a.k + b * a.ks[0] + hk * a.ks[1];
-    const float *vp = a.v + b * a.vs[0] + hk * a.vs[1];
-
-    const ff32_band bd = ff32_block_band(a, m0, rows);
-    const int t_begin = bd.n_begin / BN;
-    const int t_end = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN : t_begin;
+    ff32_block blk;
+    blk.init(a, BM, BN);
+    const int h = blk.h, b = blk.b, m0 = blk.m0, rows = blk.rows, t_begin = blk.t_begin, t_end = blk.t_end;
+    const float *qp = blk.qp, *kp = blk.kp, *vp = blk.vp;
+    const ff32_band bd = blk.bd;
     const int wr0 = warp * 16 * MW; /* first row of this warp; thread rows wr0 + 16mt + g (+8) */
     int lo[MW][2], hi[MW][2];
     float o[MW][NO][4], m[MW][2], l[MW][2];
@@ -485,13 +511,7 @@ __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
                 ff32_split<SPLIT>(kb.x, b0b, b0s);
                 ff32_split<SPLIT>(kb.y, b1b, b1s);
 #pragma unroll
-                for (int mt = 0; mt < MW; mt++) {
-                    if (SPLIT) {
-                        ff32_mma(s[mt][n], as[mt], b0b, b1b);
-                        ff32_mma(s[mt][n], ab[mt], b0s, b1s);
-                    }
-                    ff32_mma(s[mt][n], ab[mt], b0b, b1b);
-                }
+                for (int mt = 0; mt < MW; mt++) ff32_mma3<SPLIT>(s[mt][n], ab[mt], as[mt], b0b, b0s, b1b, b1s);
             }
         }
         const int n0 = t * BN;
@@ -551,13 +571,7 @@ __global__ void __launch_bounds__(128) ff32_tc_kernel(const ff32_args a)
                 ff32_split<SPLIT>(v0[c * 8], b0b, b0s);
                 ff32_split<SPLIT>(v1[c * 8], b1b, b1s);
 #pragma unroll
-                for (int mt = 0; mt < MW; mt++) {
-                    if (SPLIT) {
-                        ff32_mma(o[mt][c], ps[mt], b0b, b1b);
-                        ff32_mma(o[mt][c], pb[mt], b0s, b1s);
-                    }
-                    ff32_mma(o[mt][c], pb[mt], b0b, b1b);
-                }
+                for (int mt = 0; mt < MW; mt++) ff32_mma3<SPLIT>(o[mt][c], pb[mt], ps[mt], b0b, b0s, b1b, b1s);
             }
         }
     }

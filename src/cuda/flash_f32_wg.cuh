@@ -43,41 +43,14 @@ template <bool SPLIT> struct ff32_wg_cfg {
     static constexpr int QST = DB + 4; /* Q staging row stride (floats), in the split-Vᵀ area */
 };
 
-/* tf32 rounding (to nearest, ties away) by integer ops, and the rest: x = big + small to ~22 bits. */
+/* tf32 rounding (to nearest, ties away) by integer ops, and the rest: x = big + small to ~22 bits. The same
+ * split as ff32_split (flash_f32_kernel.cuh), which rounds with cvt.rna.tf32.f32: in these kernels that
+ * made tf32 mode 11% slower (run am of docs/PERF-gpu-f32.md), so they keep the integer form. */
 __device__ __forceinline__ uint32_t ff32_wg_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 template <bool SPLIT> __device__ __forceinline__ void ff32_wg_split(float x, uint32_t &big, uint32_t &small)
 {
     big = ff32_wg_round(x);
     if (SPLIT) small = ff32_wg_round(x - __uint_as_float(big));
-}
-
-/* A raw 64 x 64 tile (rows from src, row stride rs; rows >= nrows and columns >= D zero) by cp.async:
- * 16-byte chunk c of row r at chunk c ^ ((r / 4) % 8), so that the split's 4x4 transposes read it
- * without bank conflicts. */
-template <int NT>
-__device__ __forceinline__ void ff32_wg_load_raw(float *dst, const float *src, long long rs, int nrows, int D, int vec16,
-                                                 int tid)
-{
-    if (vec16) {
-#pragma unroll
-        for (int idx = tid; idx < 64 * 16; idx += NT) {
-            const int r = idx >> 4, c = idx & 15;
-            const float *g = src;
-            int bytes = 0;
-            if (r < nrows && 4 * c < D) {
-                g = src + r * rs + 4 * c;
-                bytes = min(16, (D - 4 * c) * 4);
-            }
-            ff32_cp16(dst + r * 64 + ((c ^ ((r >> 2) & 7)) << 2), g, bytes);
-        }
-    } else {
-        for (int idx = tid; idx < 64 * 64; idx += NT) {
-            const int r = idx >> 6, col = idx & 63;
-            const bool ok = r < nrows && col < D;
-            ff32_cp4(dst + r * 64 + ((((col >> 2) ^ ((r >> 2) & 7))) << 2) + (col & 3), ok ? src + r * rs + col : src,
-                     ok ? 4 : 0);
-        }
-    }
 }
 
 /* Byte offset of 16-byte chunk c (0..15 along the row) of row r in a 64-row swizzled tile of 2 column blocks. */
@@ -305,25 +278,13 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
     }
 };
 
-/* A block's query rows, heads and key tiles (heaviest query tiles first). */
-struct ff32_wg_block {
-    int m0, rows, h, b, t_begin, n_tiles;
-    ff32_band bd;
-    const float *qp, *kp, *vp;
+/* ff32_block with the wgmma kernels' view: key tile i counted from t_begin. */
+struct ff32_wg_block : ff32_block {
+    int n_tiles;
     __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN)
     {
-        const int mblk = gridDim.x - 1 - blockIdx.x;
-        h = blockIdx.y;
-        b = blockIdx.z;
-        const int hk = h / a.group;
-        m0 = mblk * BM;
-        rows = min(BM, a.Lq - m0);
-        qp = a.q + b * a.qs[0] + h * a.qs[1] + (long long)m0 * a.qs[2];
-        kp = a.k + b * a.ks[0] + hk * a.ks[1];
-        vp = a.v + b * a.vs[0] + hk * a.vs[1];
-        bd = ff32_block_band(a, m0, rows);
-        t_begin = bd.n_begin / BN;
-        n_tiles = bd.n_end > bd.n_begin ? (bd.n_end + BN - 1) / BN - t_begin : 0;
+        ff32_block::init(a, BM, BN);
+        n_tiles = t_end - t_begin;
     }
     __device__ __forceinline__ int n0(int i, int BN) const { return (t_begin + i) * BN; }
     __device__ __forceinline__ bool edge(int i, int BN) const
@@ -334,8 +295,8 @@ struct ff32_wg_block {
     template <int NT> __device__ __forceinline__ void load_raw(const ff32_args &a, float *dst, int i, int tid) const
     {
         const int n = n0(i, 64);
-        ff32_wg_load_raw<NT>(dst, kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D, a.vec16, tid);
-        ff32_wg_load_raw<NT>(dst + 64 * 64, vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D, a.vec16, tid);
+        ff32_load_tile<64, 64, 64, NT, true>(dst, kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D, a.vec16, tid);
+        ff32_load_tile<64, 64, 64, NT, true>(dst + 64 * 64, vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D, a.vec16, tid);
     }
 };
 
@@ -369,7 +330,8 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
     auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::KST), 16, 1024); };
     auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::VST), 16, 1024); };
 
-    /* Q through the (still unused) split-Vᵀ area, then into registers */
+    /* Q through the (still unused) split-Vᵀ area, then into registers (straight from global memory, together
+     * with the cvt form of the split, was 13% slower at L = 2048: run am) */
     float *Qs = reinterpret_cast<float *>(sV);
     ff32_load_tile<BM, 64, C::QST, NT>(Qs, blk.qp, a.qs[2], blk.rows, a.D, a.vec16, tid);
     if (n_tiles > 0) blk.load_raw<NT>(a, raw, 0, tid);
@@ -450,8 +412,8 @@ __global__ void __launch_bounds__(256) ff32_presplit_kernel(const ff32_args a, u
     const int n0 = t * 64;
     const float *kp = a.k + b * a.ks[0] + hk * a.ks[1] + (long long)n0 * a.ks[2];
     const float *vp = a.v + b * a.vs[0] + hk * a.vs[1] + (long long)n0 * a.vs[2];
-    ff32_wg_load_raw<256>(raw, kp, a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
-    ff32_wg_load_raw<256>(raw + 64 * 64, vp, a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+    ff32_load_tile<64, 64, 64, 256, true>(raw, kp, a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
+    ff32_load_tile<64, 64, 64, 256, true>(raw + 64 * 64, vp, a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
     ff32_commit();
     ff32_wait<0>();
     __syncthreads();
