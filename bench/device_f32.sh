@@ -58,10 +58,10 @@ fi
 echo "ptxas: $(grep -c 'bytes spill' "$OUT/build.log") kernels reported, nonzero spills:"
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
 
-# FW_F32_PROFILE="kernel regex": Nsight Compute on the seed L=2048 launches of those kernels instead of the
-# rest (e.g. FW_F32_PROFILE='ff32_ws_kernel<\(bool\)1>', demangled names); log in $OUT/ncu.txt.
+# FW_F32_PROFILE="kernel regex": Nsight Compute on the seed L=2048 (or FW_F32_PROFILE_L) launches of those
+# kernels instead of the rest (e.g. FW_F32_PROFILE='ff32_ws_kernel<\(bool\)1>', demangled names); log in $OUT/ncu.txt.
 if [ -n "${FW_F32_PROFILE:-}" ]; then
-    FW_F32_BENCH_ONLY=seed:2048 timeout 400 ncu --clock-control none --kernel-name-base demangled \
+    FW_F32_BENCH_ONLY=seed:${FW_F32_PROFILE_L:-2048} timeout 400 ncu --clock-control none --kernel-name-base demangled \
         -k regex:"$FW_F32_PROFILE" --launch-count "${FW_F32_PROFILE_N:-2}" --section SpeedOfLight \
         --section Occupancy --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
         --section MemoryWorkloadAnalysis --section InstructionStats \

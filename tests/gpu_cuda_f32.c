@@ -155,7 +155,7 @@ static fw_status tb_run(tbuf *t, const char *name, int ci, fw_precision prec, cu
     if (ci >= n) { snprintf(msg, len, "config %d of %d", ci, n); return FW_ERR_INVALID_VALUE; }
     fw_exec ex = {1, (void *)s, msg, len};
     msg[0] = 0;
-    return b->forward(&p, &cfgs[ci < 0 ? 0 : ci], &ex);
+    return b->forward(&p, ci < 0 ? NULL : &cfgs[ci], &ex); /* ci < 0: the backend's own choice */
 }
 
 static int n_configs(tbuf *t, const char *name, fw_precision prec, char names[][48])
@@ -251,17 +251,19 @@ static int check_case(const tcase *c, int *fails, int *runs)
         if (c->dt != FW_F32 && bk[k].prec != FW_PRECISION_EXACT) continue;
         char names[FW_MAX_CONFIGS][48];
         const int n = n_configs(&t, bk[k].name, bk[k].prec, names);
-        for (int ci = 0; ci < n; ci++) {
+        for (int ix = 0; ix < n + (n > 1); ix++) { /* every configuration, then (ix == n) the default choice */
+            const int ci = ix < n ? ix : -1;
+            const char *cname = ix < n ? names[ix] : "default";
             terr e;
             char msg[512];
             fw_status st = tb_check(&t, bk[k].name, ci, bk[k].prec, &e, msg, sizeof msg);
             if (st == FW_ERR_UNSUPPORTED) {
-                printf("  %-15s %-6s %-22s unsupported: %s\n", bk[k].name, prec_name(bk[k].prec), names[ci], msg);
+                printf("  %-15s %-6s %-22s unsupported: %s\n", bk[k].name, prec_name(bk[k].prec), cname, msg);
                 break;
             }
             (*runs)++;
             if (st != FW_OK) {
-                printf("  %-15s %-6s %-22s FAIL status %d: %s\n", bk[k].name, prec_name(bk[k].prec), names[ci], (int)st, msg);
+                printf("  %-15s %-6s %-22s FAIL status %d: %s\n", bk[k].name, prec_name(bk[k].prec), cname, (int)st, msg);
                 (*fails)++;
                 continue;
             }
@@ -269,7 +271,7 @@ static int check_case(const tcase *c, int *fails, int *runs)
             const double lse_tol = bk[k].prec == FW_PRECISION_TF32 ? 5e-2 : (c->dt == FW_F32 ? 1e-4 : 2e-3);
             const int pass = e.max_abs <= tol && e.unwritten == 0 && e.stray == 0 && e.nan == 0 && e.lse_err <= lse_tol;
             printf("  %-15s %-6s %-22s %s max|dO| %.2e (tol %.1e) rel %.2e lse %.1e unwritten %ld stray %ld nan %d\n",
-                   bk[k].name, prec_name(bk[k].prec), names[ci], pass ? "ok  " : "FAIL", e.max_abs, tol, e.rel,
+                   bk[k].name, prec_name(bk[k].prec), cname, pass ? "ok  " : "FAIL", e.max_abs, tol, e.rel,
                    e.lse_err, e.unwritten, e.stray, e.nan);
             if (!pass) (*fails)++;
         }
@@ -402,12 +404,14 @@ static int run_bench(const char *dir)
             int n = n_configs(&t, bk[k].name, bk[k].prec, names);
             if (!bk[k].all_cfgs && n > 1) n = 1;
             if (!strcmp(bk[k].name, "cuda-tiled") && c->Lq > 1024) n = 0; /* slow: skip the largest */
-            for (int ci = 0; ci < n; ci++) {
+            for (int ix = 0; ix < n + (bk[k].all_cfgs && n > 1); ix++) { /* then (ix == n) the default choice */
+                const int ci = ix < n ? ix : -1;
+                const char *cname = ix < n ? names[ix] : "default";
                 terr e;
                 char msg[512];
                 memset(&e, 0, sizeof e);
                 if (have_ref && tb_check(&t, bk[k].name, ci, bk[k].prec, &e, msg, sizeof msg) != FW_OK) {
-                    printf("  %s %s: %s\n", bk[k].name, names[ci], msg);
+                    printf("  %s %s: %s\n", bk[k].name, cname, msg);
                     continue;
                 }
                 if (dir && ci == 0 && !strcmp(bk[k].name, "cuda-flash-f32")) {
@@ -417,7 +421,7 @@ static int run_bench(const char *dir)
                 }
                 const double ms = time_run(&t, bk[k].name, ci, bk[k].prec, c->Lq >= 1024 ? 15 : 30);
                 printf("RESULT %s %d %d %d %d %d %s %s %s %.4f %.2f %.2e %.2e\n", c->what, c->B, c->H, c->Lq, c->D,
-                       c->causal, bk[k].name, prec_name(bk[k].prec), names[ci], ms, flops / (ms * 1e-3) / 1e12,
+                       c->causal, bk[k].name, prec_name(bk[k].prec), cname, ms, flops / (ms * 1e-3) / 1e12,
                        e.max_abs, e.rel);
                 fflush(stdout);
             }

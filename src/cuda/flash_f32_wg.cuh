@@ -66,8 +66,9 @@ template <bool SPLIT, int NT>
 __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *sk, int tid)
 {
 #pragma unroll 2
-    for (int i = 0; i < 1024 / NT; i++) {
+    for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
         const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
+        if (1024 % NT && idx >= 1024) break;
         const float4 x = *reinterpret_cast<const float4 *>(rk + r * 64 + ((c ^ ((r >> 2) & 7)) << 2));
         const int pos = (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
         uint4 big, small;
@@ -84,8 +85,9 @@ template <bool SPLIT, int NT>
 __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *sv, int tid)
 {
 #pragma unroll
-    for (int i = 0; i < 256 / NT; i++) {
+    for (int i = 0; i < (256 + NT - 1) / NT; i++) {
         const int idx = tid + NT * i, kb = idx & 15, c = idx >> 4;
+        if (256 % NT && idx >= 256) break;
         float4 x[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -395,11 +397,15 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
  * swizzled shared-memory layout, contiguously to a workspace: tile (b, hk, t) at ((b Hk + hk) n_kt + t) TILE
  * bytes, K big (+ small) then Vᵀ big (+ small). The main kernel's producer is one thread issuing 1-D bulk copies
  * (cp.async.bulk, completing on the stage's mbarrier); warpgroups 1 and 2 consume 64 query rows each. */
-template <bool SPLIT> struct ff32_ps_cfg {
+template <bool SPLIT, bool FUSED = false> struct ff32_ps_cfg {
     typedef ff32_wg_cfg<SPLIT> W;
     static constexpr uint32_t TILE = W::KST + W::VST; /* one tile's split K and Vᵀ in the workspace */
-    static constexpr uint32_t OFF_V = 2 * W::KST, OFF_BAR = OFF_V + 3 * W::VST;
-    static constexpr size_t SMEM = (size_t)OFF_BAR + 128 + 1024; /* + mbarriers, + base alignment */
+    static constexpr uint32_t OFF_V = 2 * W::KST, OFF_RAW = OFF_V + 3 * W::VST;
+    /* fused: raw K and V tiles for the split; the second prologue tile's raw copy goes to Vᵀ stage 2 where that
+     * holds it (3xtf32), else to a second raw tile */
+    static constexpr uint32_t RAW2 = W::VST >= W::RAW ? OFF_V + 2 * W::VST : OFF_RAW + W::RAW;
+    static constexpr uint32_t OFF_BAR = OFF_RAW + (FUSED ? (W::VST >= W::RAW ? 1 : 2) * W::RAW : 0);
+    static constexpr size_t SMEM = (size_t)OFF_BAR + 128 + 1024; /* + mbarriers and the ticket, + base alignment */
     static constexpr size_t PRE_SMEM = (size_t)W::RAW; /* pre-pass: one raw K and V tile */
 };
 
@@ -452,11 +458,33 @@ struct ff32_ws_bars {
     }
 };
 
-template <bool SPLIT>
-__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, const unsigned char *ws)
+/* The fused form's tile states in global memory (below): acquire/release at GPU scope, and the fence that orders
+ * them with the bulk copies (async proxy) reading the tiles. */
+__device__ __forceinline__ int ff32_ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void ff32_st_release(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void ff32_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+/* FUSED: no pre-pass. Every block splits its first two key tiles itself (all threads, into stages 0 and 1); the
+ * split of the others is shared through the workspace: warps 1-3 of the producer warpgroup take tickets (tiles
+ * 2, 3, ... of their kv head, from a counter in global memory), split that tile from a raw copy into the workspace
+ * and raise its flag; the producer thread waits for a tile's flag before copying it. The tiles are split in the
+ * order every block needs them, each once, by the head's blocks together. A block waits only for tiles whose
+ * ticket a running block holds (its own split warps take any that nobody took), so the blocks of a head need not
+ * run at the same time. */
+template <bool SPLIT, int LOCAL = 0>
+__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, const unsigned char *ws, int *sync)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef ff32_ps_cfg<SPLIT> C;
+    constexpr bool FUSED = LOCAL > 0;
+    typedef ff32_ps_cfg<SPLIT, FUSED> C;
     constexpr int BN = C::W::BN;
     extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
     unsigned char *base = ff32_wg_base(ff32_wg_smem);
@@ -467,15 +495,65 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
     blk.init(a, C::W::BM, BN);
     const int n_tiles = blk.n_tiles;
     if (tid == 0) bar.init();
+    float *raw = reinterpret_cast<float *>(base + C::OFF_RAW);
+    const int n_local = min(n_tiles, LOCAL); /* FUSED: the first tiles, split here into stages 0 and 1 */
+    if (n_local > 0) {
+        for (int i = 0; i < n_local; i++) blk.load_raw<384>(a, i ? reinterpret_cast<float *>(base + C::RAW2) : raw, i, tid);
+        ff32_commit();
+        ff32_wait<0>();
+        __syncthreads();
+        for (int i = 0; i < n_local; i++) {
+            const float *r = i ? reinterpret_cast<const float *>(base + C::RAW2) : raw;
+            ff32_wg_split_k<SPLIT, 384>(r, base + i * C::W::KST, tid);
+            ff32_wg_split_v<SPLIT, 384>(r + 64 * 64, base + C::OFF_V + i * C::W::VST, tid);
+        }
+        fwwg::fence_proxy_async();
+    }
     __syncthreads();
+    if (tid == 0) /* stages i of K and Vᵀ full: phase 0 of their barriers */
+        for (int i = 0; i < n_local; i++) {
+            fwwg::mbar_arrive(bar.k_full(i));
+            fwwg::mbar_arrive(bar.v_full(i));
+        }
 
-    if (wg == 0) { /* producer: one thread */
+    if (wg == 0) { /* producer: one thread copies; with FUSED, warps 1-3 split tiles by ticket */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        const int hkn = a.H / a.group, n_kt = (a.Lk + BN - 1) / BN;
+        const long long head = (long long)blk.b * hkn + blk.h / a.group;
+        const unsigned char *ws_head = ws + head * n_kt * (long long)C::TILE;
+        if (FUSED && warp > 0) {
+            const int ts = tid - 32;
+            int *ctr = sync + (long long)gridDim.z * hkn * n_kt + head, *flag = sync + head * n_kt;
+            volatile int *ticket = reinterpret_cast<volatile int *>(base + C::OFF_BAR + 96);
+            for (;;) {
+                if (ts == 0) *ticket = atomicAdd(ctr, 1) + LOCAL;
+                fwwg::named_sync(1, 96);
+                const int t = *ticket;
+                if (t >= n_kt) break;
+                const int n = t * 64;
+                ff32_load_tile<64, 64, 64, 96, true>(raw, blk.kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D, a.vec16, ts);
+                ff32_load_tile<64, 64, 64, 96, true>(raw + 64 * 64, blk.vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D,
+                                                     a.vec16, ts);
+                ff32_commit();
+                ff32_wait<0>();
+                fwwg::named_sync(1, 96); /* the raw tile landed; the ticket read by all */
+                unsigned char *dst = const_cast<unsigned char *>(ws_head) + t * (long long)C::TILE;
+                ff32_wg_split_k<SPLIT, 96>(raw, dst, ts);
+                ff32_wg_split_v<SPLIT, 96>(raw + 64 * 64, dst + C::W::KST, ts);
+                ff32_fence_proxy_async_global();
+                fwwg::named_sync(1, 96); /* the tile written (and the raw copy read) by all 96 */
+                if (ts == 0) ff32_st_release(flag + t, 1);
+            }
+        }
         if (tid == 0) {
-            const int hkn = a.H / a.group, n_kt = (a.Lk + BN - 1) / BN;
-            const unsigned char *src =
-                ws + (((long long)blk.b * hkn + blk.h / a.group) * n_kt + blk.t_begin) * (long long)C::TILE;
+            const int *flag = FUSED ? sync + head * n_kt + blk.t_begin : nullptr;
+            const unsigned char *src = ws_head + blk.t_begin * (long long)C::TILE;
             for (int t = 0; t < n_tiles; t++, src += C::TILE) {
+                if (FUSED) {
+                    if (t < n_local) continue; /* split in the prologue */
+                    while (!ff32_ld_acquire(flag + t)) __nanosleep(32);
+                    ff32_fence_proxy_async_global();
+                }
                 if (t >= 2) fwwg::mbar_wait(bar.k_empty(t & 1), (uint32_t)(((t >> 1) - 1) & 1));
                 fwwg::mbar_expect_tx(bar.k_full(t & 1), C::W::KST);
                 ff32_bulk_copy(sK_addr + (uint32_t)(t & 1) * C::W::KST, src, C::W::KST, bar.k_full(t & 1));
@@ -531,6 +609,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
 #else
     (void)a;
     (void)ws;
+    (void)sync;
     __trap(); /* sm_90a only */
 #endif
 }
@@ -545,26 +624,36 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int 
     return cudaGetLastError();
 }
 
-/* The pre-pass into a workspace (B·Hk·⌈Lk/64⌉ tiles, 64 KB each in 3xtf32, 32 KB in tf32), then the kernel. */
-template <bool SPLIT> static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
+/* A workspace of B·Hk·⌈Lk/64⌉ tiles (64 KB each in 3xtf32, 32 KB in tf32), filled by the pre-pass or, FUSED,
+ * by the kernel itself (a flag per tile and a ticket counter per kv head after the tiles, zeroed here); then the
+ * kernel. */
+template <bool SPLIT, int LOCAL = 0> static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
 {
-    typedef ff32_ps_cfg<SPLIT> C;
+    constexpr bool FUSED = LOCAL > 0;
+    typedef ff32_ps_cfg<SPLIT, FUSED> C;
     const int hkn = a->H / a->group, n_kt = (a->Lk + 63) / 64;
-    const size_t bytes = (size_t)batch * hkn * n_kt * C::TILE;
+    const size_t tiles = (size_t)batch * hkn * n_kt, sync_bytes = FUSED ? (tiles + (size_t)batch * hkn) * sizeof(int) : 0;
+    const size_t bytes = tiles * C::TILE + sync_bytes;
     cudaError_t e = fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
-    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT>>(C::SMEM);
+    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT, LOCAL>>(C::SMEM);
     if (e != cudaSuccess) return e;
     void *ws = NULL;
-    if (bytes) {
+    int *sync = NULL;
+    if (tiles) {
         e = fw_cuda_ws_alloc(&ws, bytes, s);
         if (e != cudaSuccess) return e;
-        ff32_presplit_kernel<SPLIT><<<dim3((unsigned)n_kt, (unsigned)hkn, (unsigned)batch), 256, C::PRE_SMEM, s>>>(
-            *a, reinterpret_cast<unsigned char *>(ws));
-        e = cudaGetLastError();
+        if (FUSED) {
+            sync = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(ws) + tiles * C::TILE);
+            e = cudaMemsetAsync(sync, 0, sync_bytes, s);
+        } else {
+            ff32_presplit_kernel<SPLIT><<<dim3((unsigned)n_kt, (unsigned)hkn, (unsigned)batch), 256, C::PRE_SMEM, s>>>(
+                *a, reinterpret_cast<unsigned char *>(ws));
+            e = cudaGetLastError();
+        }
     }
     if (e == cudaSuccess) {
         dim3 grid((unsigned)((a->Lq + C::W::BM - 1) / C::W::BM), (unsigned)a->H, (unsigned)batch);
-        ff32_ws_kernel<SPLIT><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<const unsigned char *>(ws));
+        ff32_ws_kernel<SPLIT, LOCAL><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<const unsigned char *>(ws), sync);
         e = cudaGetLastError();
     }
     const cudaError_t f = ws ? fw_cuda_ws_free(ws, bytes, s) : cudaSuccess;
