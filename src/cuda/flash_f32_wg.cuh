@@ -20,8 +20,9 @@
  * while tile t+1 is split) = 224 KB; tf32 keeps no small parts: 144 KB.
  *
  * Two kernels share these pieces: ff32_wg_kernel (every thread loads, splits and computes; a block-wide
- * barrier per tile) and ff32_ws_kernel (the default: a pre-pass splits every K/V tile once into a workspace;
- * one producer thread bulk-copies the split tiles, mbarriers hand them to two consumer warpgroups). Compiled for sm_90a only (the bodies trap elsewhere);
+ * barrier per tile: the default at Lk <= 256) and ff32_ws_kernel (every K/V tile split once into a workspace,
+ * by a pre-pass or, LOCAL > 0, by the kernel's own blocks; one producer thread bulk-copies the split tiles,
+ * mbarriers hand them to two consumer warpgroups). Compiled for sm_90a only (the bodies trap elsewhere);
  * cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
 #ifndef FW_FLASH_F32_WG_CUH
 #define FW_FLASH_F32_WG_CUH
@@ -480,7 +481,7 @@ __device__ __forceinline__ void ff32_fence_proxy_async_global() { asm volatile("
  * ticket a running block holds (its own split warps take any that nobody took), so the blocks of a head need not
  * run at the same time. */
 template <bool SPLIT, int LOCAL = 0>
-__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, const unsigned char *ws, int *sync)
+__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsigned char *ws, int *sync)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool FUSED = LOCAL > 0;
@@ -520,7 +521,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         const int hkn = a.H / a.group, n_kt = (a.Lk + BN - 1) / BN;
         const long long head = (long long)blk.b * hkn + blk.h / a.group;
-        const unsigned char *ws_head = ws + head * n_kt * (long long)C::TILE;
+        unsigned char *ws_head = ws + head * n_kt * (long long)C::TILE;
         if (FUSED && warp > 0) {
             const int ts = tid - 32;
             int *ctr = sync + (long long)gridDim.z * hkn * n_kt + head, *flag = sync + head * n_kt;
@@ -537,7 +538,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, cons
                 ff32_commit();
                 ff32_wait<0>();
                 fwwg::named_sync(1, 96); /* the raw tile landed; the ticket read by all */
-                unsigned char *dst = const_cast<unsigned char *>(ws_head) + t * (long long)C::TILE;
+                unsigned char *dst = ws_head + t * (long long)C::TILE;
                 ff32_wg_split_k<SPLIT, 96>(raw, dst, ts);
                 ff32_wg_split_v<SPLIT, 96>(raw + 64 * 64, dst + C::W::KST, ts);
                 ff32_fence_proxy_async_global();
@@ -653,7 +654,7 @@ template <bool SPLIT, int LOCAL = 0> static cudaError_t ff32_launch_ws(const ff3
     }
     if (e == cudaSuccess) {
         dim3 grid((unsigned)((a->Lq + C::W::BM - 1) / C::W::BM), (unsigned)a->H, (unsigned)batch);
-        ff32_ws_kernel<SPLIT, LOCAL><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<const unsigned char *>(ws), sync);
+        ff32_ws_kernel<SPLIT, LOCAL><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync);
         e = cudaGetLastError();
     }
     const cudaError_t f = ws ? fw_cuda_ws_free(ws, bytes, s) : cudaSuccess;
