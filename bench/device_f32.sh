@@ -85,10 +85,14 @@ grep -E "FAIL|failures" "$OUT/test.log" | head -40
 # a hang (a kernel that never finishes) would also hang the sanitizers and the benchmark
 [ $rc = 124 ] && { echo "the correctness run timed out; last lines:"; tail -3 "$OUT/test.log"; exit 1; }
 
+# the sanitizers on the small case, the persistent kernels held to 2 blocks (several query blocks each)
 {
-    echo "== memcheck"; timeout 150 compute-sanitizer --tool memcheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5
-    echo "== racecheck"; timeout 150 compute-sanitizer --tool racecheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5
-    echo "== synccheck"; timeout 100 compute-sanitizer --tool synccheck "$BUILD/gpu_cuda_f32" --small 2>&1 | tail -5
+    S="env FW_CUDA_PERSIST_BLOCKS=2 compute-sanitizer"
+    echo "== memcheck"; timeout 150 $S --tool memcheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
+    echo "== racecheck"; timeout 150 $S --tool racecheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
+    echo "== synccheck"; timeout 100 $S --tool synccheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
+    echo "== every case, persistent kernels at 3 blocks"
+    FW_CUDA_PERSIST_BLOCKS=3 timeout 120 "$BUILD/gpu_cuda_f32" 2>&1 | grep -E "FAIL|failures"
 } > "$OUT/sanitizer.log" 2>&1
 grep -E "ERROR SUMMARY|==|failures" "$OUT/sanitizer.log"
 

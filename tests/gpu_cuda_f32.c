@@ -297,6 +297,8 @@ static int run_tests(int small)
         {2, 8, 1, 128, 128, 64, 1, 0, 0, U, U, FW_F32, "mqa bshd"},
         {1, 1, 1, 1, 700, 64, 0, 0, 0, U, U, FW_F32, "decode Lq=1"},
         {1, 2, 2, 1031, 1031, 64, 0, 0, 1, U, U, FW_F32, "causal 1031"},
+        {3, 8, 2, 700, 700, 64, 0, 0, 1, U, U, FW_F32, "144 blocks causal gqa"}, /* more query blocks than SMs */
+        {4, 8, 8, 640, 640, 64, 1, 0, 0, U, U, FW_F32, "160 blocks bshd"},
         {2, 4, 2, 200, 333, 64, 1, 0, 1, U, U, FW_F16, "f16 gqa causal"},
         {2, 4, 2, 200, 333, 64, 0, 2, 0, U, U, FW_BF16, "bf16 gqa padded"},
     };

@@ -115,16 +115,18 @@ extern "C" int fw_cuda_device_facts(int index, fw_cuda_device_info *out)
     static std::atomic<int> known[FW_CUDA_MAX_FACT_DEVICES];
     if (index < 0 || index >= FW_CUDA_MAX_FACT_DEVICES) return 0;
     if (!known[index].load(std::memory_order_acquire)) {
-        int maj = 0, min = 0, sm = 0;
+        int maj = 0, min = 0, sm = 0, nsm = 0;
         if (cudaDeviceGetAttribute(&maj, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
             cudaDeviceGetAttribute(&min, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerBlockOptin, index) != cudaSuccess) {
+            cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerBlockOptin, index) != cudaSuccess ||
+            cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, index) != cudaSuccess) {
             cudaGetLastError();
             return 0;
         }
         facts[index].cc_major = maj; /* racing writers store the same values */
         facts[index].cc_minor = min;
         facts[index].smem_optin = sm;
+        facts[index].sm_count = nsm;
         known[index].store(1, std::memory_order_release);
     }
     *out = facts[index];

@@ -66,7 +66,7 @@ cudaError_t fw_cuda_ws_free(void *ptr, size_t bytes, cudaStream_t stream);
 /* Facts of one device, read once per device (cudaDeviceGetAttribute is cheap, but not free, and the
  * launch paths ask on every call). Returns 0 if the device cannot be queried. */
 typedef struct fw_cuda_device_info {
-    int cc_major, cc_minor, smem_optin;
+    int cc_major, cc_minor, smem_optin, sm_count;
 } fw_cuda_device_info;
 int fw_cuda_device_facts(int index, fw_cuda_device_info *out);
 /* Compute capability 9.0: where the sm_90a machine code (wgmma, setmaxnreg) runs. */

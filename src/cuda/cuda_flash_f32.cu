@@ -85,16 +85,22 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     const int cnt = ff32_table(p->head_dim, variant, &t);
     int ci = 0; /* the first that runs here; or found by its name (with or without the precision prefix) or tile shape */
     while (ci + 1 < cnt && !ff32_cfg_runs(&t[ci], p->device.index)) ci++;
-    /* Short keys: the in-block split kernel (entry 1) is 20-25% faster at L <= 256 than the shared split (runs ak of
-     * docs/PERF-gpu-f32.md, and au) */
-    if (t[ci].sm90a && ci + 1 < cnt && t[ci + 1].sm90a && p->seqlen_k <= 256) ci++;
-    /* The fused split kernel (entry 0) shares the split of a kv head's key tiles among that head's query blocks,
-     * two tiles each; with fewer blocks than that (Lk much longer than Lq) the pre-pass kernel (entry 2) does it,
-     * and in tf32 mode always (a tile half the size: the pre-pass was 1-11% faster at L = 512..2048, run au). */
-    else if (t[ci].sm90a && ci + 2 < cnt && t[ci + 2].sm90a &&
-             (variant == 1 || 2 * ((p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m) * p->group <
-                                  (p->seqlen_k + t[ci].block_n - 1) / t[ci].block_n))
-        ci += 2;
+    /* The wgmma kernels (entries 0-3 of the head-dim-64 table, docs/PERF-gpu-f32.md "Run 4"): short keys, the in-block
+     * split (entry 1: 20-25% faster at L <= 256); tf32, or fewer than n_kt/2 query blocks per kv head to share the
+     * split (Lk much longer than Lq), the pre-pass kernel (entry 2: its tf32 tiles are half the size, 1-11% faster
+     * at L = 512..2048); 3xtf32 without a mask and with at most 8 rounds of query blocks per SM, the persistent
+     * kernel (entry 3: 6-9% faster at L = 512 / 1024, 3-6% slower at 2048); else the in-kernel shared split
+     * (entry 0). */
+    if (t[ci].sm90a && ci + 3 < cnt && t[ci + 3].sm90a) {
+        fw_cuda_device_info di;
+        const long long qblocks = (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m;
+        const long long n_kt = (p->seqlen_k + t[ci].block_n - 1) / t[ci].block_n;
+        if (p->seqlen_k <= 256) ci += 1;
+        else if (variant == 1 || 2 * qblocks * p->group < n_kt) ci += 2;
+        else if (!p->has_window && fw_cuda_device_facts(p->device.index, &di) &&
+                 qblocks * p->heads * p->batch <= 8LL * di.sm_count)
+            ci += 3;
+    }
     if (cfg && (cfg->name[0] || cfg->block_m)) {
         ci = -1;
         for (int i = 0; i < cnt && ci < 0; i++) {

@@ -143,9 +143,14 @@ struct ff32_block {
     const float *qp, *kp, *vp;
     __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN)
     {
-        const int mblk = gridDim.x - 1 - blockIdx.x;
-        h = blockIdx.y;
-        b = blockIdx.z;
+        init_at(a, BM, BN, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
+    }
+    /* query block mblk of head h, batch b (init: the grid's; the last query blocks, the longest rows when causal,
+     * first) */
+    __device__ __forceinline__ void init_at(const ff32_args &a, int BM, int BN, int mblk, int h_, int b_)
+    {
+        h = h_;
+        b = b_;
         const int hk = h / a.group;
         m0 = mblk * BM;
         rows = min(BM, a.Lq - m0);

@@ -153,12 +153,19 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
         g = lane >> 2;
         t4 = lane & 3;
 #pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        reset();
+    }
+    /* O, the running maxima and sums (and the P·V accumulator): a new set of rows */
+    __device__ __forceinline__ void reset()
+    {
+#pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             m[rr] = -INFINITY;
             l[rr] = 0.0f;
         }
 #pragma unroll
-        for (int j = 0; j < 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int j = 0; j < 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
         if constexpr (FRESH_PV) {
 #pragma unroll
             for (int j = 0; j < 8; j++) pv[j][0] = pv[j][1] = pv[j][2] = pv[j][3] = 0.0f;
@@ -287,6 +294,11 @@ struct ff32_wg_block : ff32_block {
     __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN)
     {
         ff32_block::init(a, BM, BN);
+        n_tiles = t_end - t_begin;
+    }
+    __device__ __forceinline__ void init_at(const ff32_args &a, int BM, int BN, int mblk, int h_, int b_)
+    {
+        ff32_block::init_at(a, BM, BN, mblk, h_, b_);
         n_tiles = t_end - t_begin;
     }
     __device__ __forceinline__ int n0(int i, int BN) const { return (t_begin + i) * BN; }
@@ -473,42 +485,56 @@ __device__ __forceinline__ void ff32_st_release(int *p, int v)
 }
 __device__ __forceinline__ void ff32_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
-/* FUSED: no pre-pass. Every block splits its first two key tiles itself (all threads, into stages 0 and 1); the
+/* FUSED: no pre-pass. Every block splits its first LOCAL key tiles itself (all threads, into stages 0 and 1); the
  * split of the others is shared through the workspace: warps 1-3 of the producer warpgroup take tickets (tiles
- * 2, 3, ... of their kv head, from a counter in global memory), split that tile from a raw copy into the workspace
- * and raise its flag; the producer thread waits for a tile's flag before copying it. The tiles are split in the
- * order every block needs them, each once, by the head's blocks together. A block waits only for tiles whose
- * ticket a running block holds (its own split warps take any that nobody took), so the blocks of a head need not
- * run at the same time. */
-template <bool SPLIT, int LOCAL = 0>
-__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsigned char *ws, int *sync)
+ * LOCAL, LOCAL + 1, ... of their kv head, from a counter in global memory), split that tile from a raw copy into
+ * the workspace and raise its flag; the producer thread waits for a tile's flag before copying it. The tiles are
+ * split in the order every block needs them, each once, by the head's blocks together. A block waits only for
+ * tiles whose ticket a running block holds (its own split warps take any that nobody took), so the blocks of a
+ * head need not run at the same time.
+ * PERSIST (LOCAL = 0): one block per SM loops over the query blocks (items it, it + gridDim.x, ...; the query blocks
+ * of a head next to each other); the stages' ring runs on across items, so the producer copies (and the split
+ * warps split) the next item's tiles while the consumers finish the current one. */
+template <bool SPLIT, int LOCAL = 0, bool PERSIST = false>
+__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsigned char *ws, int *sync, int batch)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr bool FUSED = LOCAL > 0;
+    constexpr bool FUSED = LOCAL > 0 || PERSIST;
     typedef ff32_ps_cfg<SPLIT, FUSED> C;
-    constexpr int BN = C::W::BN;
+    constexpr int BN = C::W::BN, BM = C::W::BM;
+    static_assert(!PERSIST || LOCAL == 0, "the persistent form splits every tile by ticket");
     extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
     unsigned char *base = ff32_wg_base(ff32_wg_smem);
     const uint32_t sK_addr = (uint32_t)__cvta_generic_to_shared(base), sV_addr = sK_addr + C::OFF_V;
     const ff32_ws_bars bar{sK_addr + C::OFF_BAR};
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
-    ff32_wg_block blk;
-    blk.init(a, C::W::BM, BN);
-    const int n_tiles = blk.n_tiles;
+    /* the items: PERSIST, every query block of the problem in turn; else the grid's one */
+    const int nqb = (a.Lq + BM - 1) / BM, n_items = PERSIST ? nqb * a.H * batch : 1;
+    const int it0 = PERSIST ? (int)blockIdx.x : 0, it_step = PERSIST ? (int)gridDim.x : 1;
+    auto item = [&](int it) {
+        ff32_wg_block blk;
+        if (PERSIST) blk.init_at(a, BM, BN, nqb - 1 - it % nqb, it / nqb % a.H, it / (nqb * a.H));
+        else blk.init(a, BM, BN);
+        return blk;
+    };
     if (tid == 0) bar.init();
     float *raw = reinterpret_cast<float *>(base + C::OFF_RAW);
-    const int n_local = min(n_tiles, LOCAL); /* FUSED: the first tiles, split here into stages 0 and 1 */
-    if (n_local > 0) {
-        for (int i = 0; i < n_local; i++) blk.load_raw<384>(a, i ? reinterpret_cast<float *>(base + C::RAW2) : raw, i, tid);
-        ff32_commit();
-        ff32_wait<0>();
-        __syncthreads();
-        for (int i = 0; i < n_local; i++) {
-            const float *r = i ? reinterpret_cast<const float *>(base + C::RAW2) : raw;
-            ff32_wg_split_k<SPLIT, 384>(r, base + i * C::W::KST, tid);
-            ff32_wg_split_v<SPLIT, 384>(r + 64 * 64, base + C::OFF_V + i * C::W::VST, tid);
+    int n_local = 0; /* LOCAL: the first tiles, split here into stages 0 and 1 */
+    if (LOCAL > 0) {
+        const ff32_wg_block blk = item(it0);
+        n_local = min(blk.n_tiles, LOCAL);
+        if (n_local > 0) {
+            for (int i = 0; i < n_local; i++) blk.load_raw<384>(a, i ? reinterpret_cast<float *>(base + C::RAW2) : raw, i, tid);
+            ff32_commit();
+            ff32_wait<0>();
+            __syncthreads();
+            for (int i = 0; i < n_local; i++) {
+                const float *r = i ? reinterpret_cast<const float *>(base + C::RAW2) : raw;
+                ff32_wg_split_k<SPLIT, 384>(r, base + i * C::W::KST, tid);
+                ff32_wg_split_v<SPLIT, 384>(r + 64 * 64, base + C::OFF_V + i * C::W::VST, tid);
+            }
+            fwwg::fence_proxy_async();
         }
-        fwwg::fence_proxy_async();
     }
     __syncthreads();
     if (tid == 0) /* stages i of K and Vᵀ full: phase 0 of their barriers */
@@ -520,47 +546,57 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
     if (wg == 0) { /* producer: one thread copies; with FUSED, warps 1-3 split tiles by ticket */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         const int hkn = a.H / a.group, n_kt = (a.Lk + BN - 1) / BN;
-        const long long head = (long long)blk.b * hkn + blk.h / a.group;
-        unsigned char *ws_head = ws + head * n_kt * (long long)C::TILE;
         if (FUSED && warp > 0) {
             const int ts = tid - 32;
-            int *ctr = sync + (long long)gridDim.z * hkn * n_kt + head, *flag = sync + head * n_kt;
             volatile int *ticket = reinterpret_cast<volatile int *>(base + C::OFF_BAR + 96);
-            for (;;) {
-                if (ts == 0) *ticket = atomicAdd(ctr, 1) + LOCAL;
-                fwwg::named_sync(1, 96);
-                const int t = *ticket;
-                if (t >= n_kt) break;
-                const int n = t * 64;
-                ff32_load_tile<64, 64, 64, 96, true>(raw, blk.kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D, a.vec16, ts);
-                ff32_load_tile<64, 64, 64, 96, true>(raw + 64 * 64, blk.vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D,
-                                                     a.vec16, ts);
-                ff32_commit();
-                ff32_wait<0>();
-                fwwg::named_sync(1, 96); /* the raw tile landed; the ticket read by all */
-                unsigned char *dst = ws_head + t * (long long)C::TILE;
-                ff32_wg_split_k<SPLIT, 96>(raw, dst, ts);
-                ff32_wg_split_v<SPLIT, 96>(raw + 64 * 64, dst + C::W::KST, ts);
-                ff32_fence_proxy_async_global();
-                fwwg::named_sync(1, 96); /* the tile written (and the raw copy read) by all 96 */
-                if (ts == 0) ff32_st_release(flag + t, 1);
+            for (int it = it0; it < n_items; it += it_step) {
+                const ff32_wg_block blk = item(it);
+                const long long head = (long long)blk.b * hkn + blk.h / a.group;
+                unsigned char *ws_head = ws + head * n_kt * (long long)C::TILE;
+                int *ctr = sync + head * (n_kt + 1), *flag = ctr + 1; /* per kv head: the counter, the tiles' flags */
+                for (;;) {
+                    if (ts == 0) *ticket = atomicAdd(ctr, 1) + LOCAL;
+                    fwwg::named_sync(1, 96);
+                    const int t = *ticket;
+                    fwwg::named_sync(1, 96); /* read by all before the next ticket (maybe the next item's) is written */
+                    if (t >= n_kt) break;
+                    const int n = t * 64;
+                    ff32_load_tile<64, 64, 64, 96, true>(raw, blk.kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D,
+                                                         a.vec16, ts);
+                    ff32_load_tile<64, 64, 64, 96, true>(raw + 64 * 64, blk.vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n,
+                                                         a.D, a.vec16, ts);
+                    ff32_commit();
+                    ff32_wait<0>();
+                    fwwg::named_sync(1, 96); /* the raw tile landed */
+                    unsigned char *dst = ws_head + t * (long long)C::TILE;
+                    ff32_wg_split_k<SPLIT, 96>(raw, dst, ts);
+                    ff32_wg_split_v<SPLIT, 96>(raw + 64 * 64, dst + C::W::KST, ts);
+                    ff32_fence_proxy_async_global();
+                    fwwg::named_sync(1, 96); /* the tile written (and the raw copy read) by all 96 */
+                    if (ts == 0) ff32_st_release(flag + t, 1);
+                }
             }
         }
         if (tid == 0) {
-            const int *flag = FUSED ? sync + head * n_kt + blk.t_begin : nullptr;
-            const unsigned char *src = ws_head + blk.t_begin * (long long)C::TILE;
-            for (int t = 0; t < n_tiles; t++, src += C::TILE) {
-                if (FUSED) {
-                    if (t < n_local) continue; /* split in the prologue */
-                    while (!ff32_ld_acquire(flag + t)) __nanosleep(32);
-                    ff32_fence_proxy_async_global();
+            int g = 0; /* tiles through the stages so far */
+            for (int it = it0; it < n_items; it += it_step) {
+                const ff32_wg_block blk = item(it);
+                const long long head = (long long)blk.b * hkn + blk.h / a.group;
+                const int *flag = FUSED ? sync + head * (n_kt + 1) + 1 + blk.t_begin : nullptr;
+                const unsigned char *src = ws + (head * n_kt + blk.t_begin) * (long long)C::TILE;
+                for (int t = 0; t < blk.n_tiles; t++, g++, src += C::TILE) {
+                    if (FUSED) {
+                        if (g < n_local) continue; /* split in the prologue */
+                        while (!ff32_ld_acquire(flag + t)) __nanosleep(32);
+                        ff32_fence_proxy_async_global();
+                    }
+                    if (g >= 2) fwwg::mbar_wait(bar.k_empty(g & 1), (uint32_t)(((g >> 1) - 1) & 1));
+                    fwwg::mbar_expect_tx(bar.k_full(g & 1), C::W::KST);
+                    ff32_bulk_copy(sK_addr + (uint32_t)(g & 1) * C::W::KST, src, C::W::KST, bar.k_full(g & 1));
+                    if (g >= 3) fwwg::mbar_wait(bar.v_empty(g % 3), (uint32_t)((g / 3 - 1) & 1));
+                    fwwg::mbar_expect_tx(bar.v_full(g % 3), C::W::VST);
+                    ff32_bulk_copy(sV_addr + (uint32_t)(g % 3) * C::W::VST, src + C::W::KST, C::W::VST, bar.v_full(g % 3));
                 }
-                if (t >= 2) fwwg::mbar_wait(bar.k_empty(t & 1), (uint32_t)(((t >> 1) - 1) & 1));
-                fwwg::mbar_expect_tx(bar.k_full(t & 1), C::W::KST);
-                ff32_bulk_copy(sK_addr + (uint32_t)(t & 1) * C::W::KST, src, C::W::KST, bar.k_full(t & 1));
-                if (t >= 3) fwwg::mbar_wait(bar.v_empty(t % 3), (uint32_t)((t / 3 - 1) & 1));
-                fwwg::mbar_expect_tx(bar.v_full(t % 3), C::W::VST);
-                ff32_bulk_copy(sV_addr + (uint32_t)(t % 3) * C::W::VST, src + C::W::KST, C::W::VST, bar.v_full(t % 3));
             }
         }
         return;
@@ -568,49 +604,59 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int wgc = wg - 1;
+    auto s_desc = [&](int g) { return fwwg::sw128_desc(sK_addr + (uint32_t)((g & 1) * C::W::KST), 16, 1024); };
+    auto v_desc = [&](int g) { return fwwg::sw128_desc(sV_addr + (uint32_t)((g % 3) * C::W::VST), 16, 1024); };
+    int g = 0; /* tiles through the stages before this item */
     ff32_wg_rows<SPLIT, SPLIT> w;
     w.init(wgc * 64 + (warp & 3) * 16, lane);
-    w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
-    auto s_desc = [&](int i) { return fwwg::sw128_desc(sK_addr + (uint32_t)((i & 1) * C::W::KST), 16, 1024); };
-    auto v_desc = [&](int i) { return fwwg::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::W::VST), 16, 1024); };
-
-    if (n_tiles > 0) {
-        fwwg::mbar_wait(bar.k_full(0), 0);
-        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(0), 0);
-        fwwg::wgmma_wait<0>();
-        fwwg::wgmma_reg_fence(w.s);
-        fwwg::mbar_arrive(bar.k_empty(0));
-        float alpha[2];
-        w.softmax(a, blk.m0, blk.n0(0, BN), blk.edge(0, BN), alpha);
-        w.rescale_and_take_p(alpha);
+    for (int it = it0; it < n_items; it += it_step) {
+        const ff32_wg_block blk = item(it);
+        const int n_tiles = blk.n_tiles;
+        w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
+        if (n_tiles > 0) {
+            fwwg::mbar_wait(bar.k_full(g & 1), (uint32_t)((g >> 1) & 1));
+            ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(g), 0);
+            fwwg::wgmma_wait<0>();
+            fwwg::wgmma_reg_fence(w.s);
+            fwwg::mbar_arrive(bar.k_empty(g & 1));
+            float alpha[2];
+            w.softmax(a, blk.m0, blk.n0(0, BN), blk.edge(0, BN), alpha);
+            w.rescale_and_take_p(alpha);
+        }
+        for (int i = 1; i < n_tiles; i++) {
+            const int gi = g + i;
+            fwwg::mbar_wait(bar.k_full(gi & 1), (uint32_t)((gi >> 1) & 1));
+            fwwg::mbar_wait(bar.v_full((gi - 1) % 3), (uint32_t)(((gi - 1) / 3) & 1));
+            ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(gi), 0);
+            w.issue_pv(v_desc(gi - 1));
+            fwwg::wgmma_wait<1>(); /* S(i) done; P(i-1)·V(i-1) may still run */
+            fwwg::wgmma_reg_fence(w.s);
+            fwwg::mbar_arrive(bar.k_empty(gi & 1));
+            float alpha[2];
+            w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
+            fwwg::wgmma_wait<0>();
+            w.fence_pv();
+            fwwg::mbar_arrive(bar.v_empty((gi - 1) % 3));
+            w.rescale_and_take_p(alpha);
+        }
+        if (n_tiles > 0) {
+            const int gl = g + n_tiles - 1;
+            fwwg::mbar_wait(bar.v_full(gl % 3), (uint32_t)((gl / 3) & 1));
+            w.issue_pv(v_desc(gl));
+            fwwg::wgmma_wait<0>();
+            w.fence_pv();
+            if (PERSIST) fwwg::mbar_arrive(bar.v_empty(gl % 3)); /* the ring goes on */
+            w.finish_pv();
+        }
+        w.store(a, blk.m0, blk.rows, blk.b, blk.h);
+        if (PERSIST) w.reset();
+        g += n_tiles;
     }
-    for (int i = 1; i < n_tiles; i++) {
-        fwwg::mbar_wait(bar.k_full(i & 1), (uint32_t)((i >> 1) & 1));
-        fwwg::mbar_wait(bar.v_full((i - 1) % 3), (uint32_t)(((i - 1) / 3) & 1));
-        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc(i), 0);
-        w.issue_pv(v_desc(i - 1));
-        fwwg::wgmma_wait<1>(); /* S(i) done; P(i-1)·V(i-1) may still run */
-        fwwg::wgmma_reg_fence(w.s);
-        fwwg::mbar_arrive(bar.k_empty(i & 1));
-        float alpha[2];
-        w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
-        fwwg::wgmma_wait<0>();
-        w.fence_pv();
-        fwwg::mbar_arrive(bar.v_empty((i - 1) % 3));
-        w.rescale_and_take_p(alpha);
-    }
-    if (n_tiles > 0) {
-        fwwg::mbar_wait(bar.v_full((n_tiles - 1) % 3), (uint32_t)(((n_tiles - 1) / 3) & 1));
-        w.issue_pv(v_desc(n_tiles - 1));
-        fwwg::wgmma_wait<0>();
-        w.fence_pv();
-        w.finish_pv();
-    }
-    w.store(a, blk.m0, blk.rows, blk.b, blk.h);
 #else
     (void)a;
     (void)ws;
     (void)sync;
+    (void)batch;
     __trap(); /* sm_90a only */
 #endif
 }
@@ -626,18 +672,34 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int 
 }
 
 /* A workspace of B·Hk·⌈Lk/64⌉ tiles (64 KB each in 3xtf32, 32 KB in tf32), filled by the pre-pass or, FUSED,
- * by the kernel itself (a flag per tile and a ticket counter per kv head after the tiles, zeroed here); then the
- * kernel. */
-template <bool SPLIT, int LOCAL = 0> static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
+ * by the kernel itself (per kv head a ticket counter and a flag per tile, after the tiles, zeroed here); then the
+ * kernel (PERSIST: one block per SM). */
+template <bool SPLIT, int LOCAL = 0, bool PERSIST = false>
+static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
 {
-    constexpr bool FUSED = LOCAL > 0;
+    constexpr bool FUSED = LOCAL > 0 || PERSIST;
     typedef ff32_ps_cfg<SPLIT, FUSED> C;
     const int hkn = a->H / a->group, n_kt = (a->Lk + 63) / 64;
     const size_t tiles = (size_t)batch * hkn * n_kt, sync_bytes = FUSED ? (tiles + (size_t)batch * hkn) * sizeof(int) : 0;
     const size_t bytes = tiles * C::TILE + sync_bytes;
     cudaError_t e = fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
-    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT, LOCAL>>(C::SMEM);
+    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT, LOCAL, PERSIST>>(C::SMEM);
     if (e != cudaSuccess) return e;
+    const int nqb = (a->Lq + C::W::BM - 1) / C::W::BM;
+    dim3 grid((unsigned)nqb, (unsigned)a->H, (unsigned)batch);
+    if (PERSIST) {
+        int dev = 0;
+        fw_cuda_device_info di;
+        e = cudaGetDevice(&dev);
+        if (e != cudaSuccess) return e;
+        if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
+        long long blocks = (long long)nqb * a->H * batch;
+        if (blocks > di.sm_count) blocks = di.sm_count;
+        /* FW_CUDA_PERSIST_BLOCKS=n: at most n blocks (tests: several items per block on small problems) */
+        const char *cap = getenv("FW_CUDA_PERSIST_BLOCKS");
+        if (cap && atoi(cap) > 0 && blocks > atoi(cap)) blocks = atoi(cap);
+        grid = dim3((unsigned)blocks, 1, 1);
+    }
     void *ws = NULL;
     int *sync = NULL;
     if (tiles) {
@@ -652,9 +714,8 @@ template <bool SPLIT, int LOCAL = 0> static cudaError_t ff32_launch_ws(const ff3
             e = cudaGetLastError();
         }
     }
-    if (e == cudaSuccess) {
-        dim3 grid((unsigned)((a->Lq + C::W::BM - 1) / C::W::BM), (unsigned)a->H, (unsigned)batch);
-        ff32_ws_kernel<SPLIT, LOCAL><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync);
+    if (e == cudaSuccess && grid.x > 0) {
+        ff32_ws_kernel<SPLIT, LOCAL, PERSIST><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync, batch);
         e = cudaGetLastError();
     }
     const cudaError_t f = ws ? fw_cuda_ws_free(ws, bytes, s) : cudaSuccess;
