@@ -89,6 +89,7 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
     auto chunk = [](int r, int c4) { return SWZ ? c4 ^ ((r >> 2) & 7) : c4; }; /* 16-byte chunk c4 of row r */
     if (vec16) {
         constexpr int CH = DB / 4;
+        /* fewer than 128 threads: the wgmma kernels' split warps, at 24 registers (unrolled, they spill) */
 #pragma unroll(NT < 128 ? 1 : 4)
         for (int idx = tid; idx < ROWS * CH; idx += NT) {
             const int r = idx / CH, c = (idx % CH) * 4;
