@@ -698,7 +698,7 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
     const int hkn = a->H / a->group, n_kt = (a->Lk + 63) / 64;
     const size_t tiles = (size_t)batch * hkn * n_kt, sync_bytes = FUSED ? (tiles + (size_t)batch * hkn) * sizeof(int) : 0;
     const size_t bytes = tiles * C::TILE + sync_bytes;
-    cudaError_t e = fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
+    cudaError_t e = FUSED ? cudaSuccess : fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
     if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT, LOCAL, PERSIST>>(C::SMEM);
     if (e != cudaSuccess) return e;
     const int nqb = (a->Lq + C::W::BM - 1) / C::W::BM;
