@@ -75,7 +75,7 @@ fi
 if [ -n "${FW_F32_BENCH_ONLY:-}" ]; then
     timeout 300 "$BUILD/gpu_cuda_f32" --bench > "$OUT/bench_c.log" 2>&1
     echo "bench rc=$?"
-    grep RESULT "$OUT/bench_c.log" | grep -v " tag " | awk '{printf "%-6s %-15s %-6s %-22s %9s ms %7s TF %s\n", $5, $8, $9, $10, $11, $12, $13}'
+    grep RESULT "$OUT/bench_c.log" | grep -v " tag " | awk '{printf "%-6s %-15s %-6s %-22s %9s ms %7s TF %s graph %s\n", $5, $8, $9, $10, $11, $12, $13, $15}'
     exit 0
 fi
 timeout 120 stdbuf -oL "$BUILD/gpu_cuda_f32" > "$OUT/test.log" 2>&1
@@ -106,6 +106,8 @@ nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >> "$OU
 # summary: tag L D causal backend precision config ms TFLOP/s max_abs (all rows in summary.txt;
 # printed: the fastest configuration of each backend/precision per shape)
 grep -h RESULT "$OUT/bench_c.log" "$OUT/bench_torch.log" | grep -v " tag " |
-    awk '{printf "%-11s L%-5s D%-3s c%s %-15s %-6s %-22s %9s ms %7s TF %s\n", $2, $5, $6, $7, $8, $9, $10, $11, $12, $13}' |
+    awk '{printf "%-11s L%-5s D%-3s c%s %-15s %-6s %-22s %9s ms %7s TF %s graph %s\n", $2, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15}' |
     sort -k1,1 -k2,2V -k3,3 -k4,4 -k8,8n > "$OUT/summary.txt"
 awk '{k=$1" "$2" "$3" "$4" "$5" "$6; if (!(k in seen)) {seen[k]=1; print}}' "$OUT/summary.txt"
+echo "== each backend's own choice and torch efficient: ms per call (host waits), graph = device time per call"
+grep -E " (default|-) " "$OUT/summary.txt" | grep -E "^seed" | grep -E "cuda-flash-f32|torch-efficient"

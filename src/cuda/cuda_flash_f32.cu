@@ -101,6 +101,15 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
                  qblocks * p->heads * p->batch <= 8LL * di.sm_count)
             ci += 3;
     }
+    /* Exact: when the default's query blocks would not give every SM one (B·H·⌈Lq/BM⌉ ≤ SMs, e.g. the seed suite at
+     * L=128), the table's few_blocks entry, with smaller blocks and so more of them. */
+    if (!t[ci].sm90a && variant == 0) {
+        fw_cuda_device_info di;
+        const long long blocks = (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m * p->heads * p->batch;
+        if (fw_cuda_device_facts(p->device.index, &di) && blocks <= di.sm_count)
+            for (int i = 0; i < cnt; i++)
+                if (t[i].few_blocks) { ci = i; break; }
+    }
     if (cfg && (cfg->name[0] || cfg->block_m)) {
         ci = -1;
         for (int i = 0; i < cnt && ci < 0; i++) {

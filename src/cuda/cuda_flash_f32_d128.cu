@@ -3,14 +3,14 @@
 #include "flash_f32_kernel.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {
-    {"bm64-bn32-tm4", 64, 32, 4, 0},
-    {"bm64-bn32-tm4-kv1", 64, 32, 4, 0},
-    {"bm64-bn64-tm4", 64, 64, 4, 0},
-    {"bm32-bn32-tm4", 32, 32, 2, 0},
+    {"bm64-bn32-tm4", 64, 32, 4, 0, 0},
+    {"bm64-bn32-tm4-kv1", 64, 32, 4, 0, 0},
+    {"bm64-bn64-tm4", 64, 64, 4, 0, 0},
+    {"bm32-bn32-tm4", 32, 32, 2, 0, 0},
 };
 static const ff32_cfg_info tc_cfgs[] = {
-    {"bm64-bn32-w4", 64, 32, 4, 0},
-    {"bm64-bn64-w4", 64, 64, 4, 0},
+    {"bm64-bn32-w4", 64, 32, 4, 0, 0},
+    {"bm64-bn64-w4", 64, 64, 4, 0, 0},
 };
 
 int ff32_configs_d128(int variant, const ff32_cfg_info **table)

@@ -3,13 +3,13 @@
 #include "flash_f32_kernel.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {
-    {"bm32-bn32-tm2-kv1", 32, 32, 4, 0},
-    {"bm32-bn16-tm2", 32, 16, 4, 0},
-    {"bm32-bn16-tm2-kv1", 32, 16, 4, 0},
+    {"bm32-bn32-tm2-kv1", 32, 32, 4, 0, 0},
+    {"bm32-bn16-tm2", 32, 16, 4, 0, 0},
+    {"bm32-bn16-tm2-kv1", 32, 16, 4, 0, 0},
 };
 static const ff32_cfg_info tc_cfgs[] = {
-    {"bm64-bn32-w4", 64, 32, 4, 0},
-    {"bm64-bn16-w4", 64, 16, 4, 0},
+    {"bm64-bn32-w4", 64, 32, 4, 0, 0},
+    {"bm64-bn16-w4", 64, 16, 4, 0, 0},
 };
 
 int ff32_configs_d256(int variant, const ff32_cfg_info **table)

@@ -3,15 +3,15 @@
 #include "flash_f32_kernel.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {
-    {"bm128-bn64-tm8", 128, 64, 4, 0},
-    {"bm128-bn64-tm8-kv1", 128, 64, 4, 0},
-    {"bm128-bn32-tm8", 128, 32, 4, 0},
-    {"bm64-bn32-tm4", 64, 32, 4, 0},
+    {"bm128-bn64-tm8", 128, 64, 4, 0, 0},
+    {"bm128-bn64-tm8-kv1", 128, 64, 4, 0, 0},
+    {"bm128-bn32-tm8", 128, 32, 4, 0, 0},
+    {"bm64-bn32-tm4", 64, 32, 4, 0, 0},
 };
 static const ff32_cfg_info tc_cfgs[] = {
-    {"bm128-bn64-w4", 128, 64, 4, 0},
-    {"bm64-bn64-w4", 64, 64, 4, 0},
-    {"bm128-bn32-w4", 128, 32, 4, 0},
+    {"bm128-bn64-w4", 128, 64, 4, 0, 0},
+    {"bm64-bn64-w4", 64, 64, 4, 0, 0},
+    {"bm128-bn32-w4", 128, 32, 4, 0, 0},
 };
 
 int ff32_configs_d32(int variant, const ff32_cfg_info **table)

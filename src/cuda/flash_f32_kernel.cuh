@@ -42,6 +42,7 @@ struct ff32_cfg_info {
     const char *name;
     int block_m, block_n, warps;
     int sm90a; /* 1: a wgmma kernel (flash_f32_wg.cuh), compute capability 9.0 only */
+    int few_blocks; /* 1: the default instead of entry 0 when entry 0's query blocks would not fill the SMs once */
 };
 #define FF32_DECLARE(DB)                                                                           \
     int ff32_configs_d##DB(int variant, const ff32_cfg_info **table);                              \
@@ -87,8 +88,16 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
                                                int vec16, int tid)
 {
     auto chunk = [](int r, int c4) { return SWZ ? c4 ^ ((r >> 2) & 7) : c4; }; /* 16-byte chunk c4 of row r */
-    if (vec16) {
-        constexpr int CH = DB / 4;
+    constexpr int CH = DB / 4, RP = NT / CH; /* 16-byte chunks per row; rows per pass of NT threads */
+    if (!SWZ && NT % CH == 0 && ROWS % RP == 0 && vec16 && nrows >= ROWS && D == DB) {
+        /* a whole tile (every key tile but the last, D = DB): one base address per thread, then a fixed step;
+         * the checked loop below costs ~20 instructions a copy, 3-4% of the exact kernel's instructions */
+        const int r0 = tid / CH, c = (tid % CH) * 4;
+        const float *g = src + r0 * rs + c;
+        float *d = dst + r0 * SST + c;
+#pragma unroll
+        for (int k = 0; k < ROWS / RP; k++) ff32_cp16(d + k * RP * SST, g + k * RP * rs, 16);
+    } else if (vec16) {
         /* fewer than 128 threads: the wgmma kernels' split warps, at 24 registers (unrolled, they spill) */
 #pragma unroll(NT < 128 ? 1 : 4)
         for (int idx = tid; idx < ROWS * CH; idx += NT) {
