@@ -34,6 +34,7 @@ struct ff32_args {
     int H, group, Lq, Lk, D;
     float scale_log2; /* scale · log2(e) */
     int vec16;        /* q/k/v 16-byte aligned with strides multiple of 4: 16-byte copies */
+    int uneven;       /* a causal or window mask (query blocks see different numbers of key tiles), grid < 2^31 blocks */
 };
 
 /* Host-side launchers, one per head-dim bucket (defined in cuda_flash_f32_d<DB>.cu).
@@ -151,9 +152,18 @@ struct ff32_block {
     int m0, rows, h, b, t_begin, t_end;
     ff32_band bd;
     const float *qp, *kp, *vp;
-    __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN)
+    /* ACROSS (with an uneven mask): the grid's heaviest query blocks of every head first, then the next heaviest, so
+     * that the last blocks to start are the lightest (the exact kernel, causal L=2048: the last heads' heavy blocks
+     * had run alone at the end); else head by head, which keeps a head's K/V in L2 for its query blocks. */
+    __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN, bool across = false)
     {
-        init_at(a, BM, BN, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
+        if (across && a.uneven) { /* uneven is set only for grids of fewer than 2^31 blocks */
+            const unsigned hb = gridDim.y * gridDim.z, lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+            const int r = (int)(lin % hb);
+            init_at(a, BM, BN, (int)(gridDim.x - 1 - lin / hb), r % (int)gridDim.y, r / (int)gridDim.y);
+        } else {
+            init_at(a, BM, BN, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
+        }
     }
     /* query block mblk of head h, batch b (init: the grid's; the last query blocks, the longest rows when causal,
      * first) */
@@ -247,7 +257,7 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
 
     const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
     ff32_block blk;
-    blk.init(a, BM, BN);
+    blk.init(a, BM, BN, true);
     const int h = blk.h, b = blk.b, m0 = blk.m0, rows = blk.rows, t_begin = blk.t_begin, t_end = blk.t_end;
     const float *qp = blk.qp, *kp = blk.kp, *vp = blk.vp;
     const ff32_band bd = blk.bd;
@@ -268,8 +278,8 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
     if (t_begin < t_end) {
         const int n0 = t_begin * BN;
         ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
-        if (!KV1)
-            ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+        if (KV1) ff32_commit(); /* KV1: V(t_begin) in a group of its own, so that S(t_begin) waits for K only */
+        ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
         ff32_commit();
     }
     ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
@@ -278,12 +288,15 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
         const int st = KV1 ? 0 : (t - t_begin) & 1;
         /* Tile t landed, and every thread is done with iteration t-1 (stage st^1 and Ps): one barrier
          * covers both, then the copy of tile t+1 into stage st^1 overlaps this whole iteration. */
-        ff32_wait<0>();
+        if (KV1 && t == t_begin) ff32_wait<1>(); /* K(t_begin); V(t_begin) may still be in flight */
+        else ff32_wait<0>();
         __syncthreads();
-        if (KV1) { /* V(t) into the V buffer, free since everyone finished P(t-1)·V(t-1) */
-            const int n0 = t * BN;
-            ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
-            ff32_commit();
+        if (KV1) { /* V(t) into the V buffer, free since everyone finished P(t-1)·V(t-1) (V(t_begin): the prologue) */
+            if (t > t_begin) {
+                const int n0 = t * BN;
+                ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+                ff32_commit();
+            }
         } else if (t + 1 < t_end) {
             ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
         }
