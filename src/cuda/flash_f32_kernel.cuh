@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
     if (t_begin < t_end) {
         const int n0 = t_begin * BN;
         ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
-        if (KV1) ff32_commit(); /* KV1: V(t_begin) in a group of its own, so that S(t_begin) waits for K only */
-        ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+        if (!KV1) /* KV1: V(t_begin) in the loop, as every V; in the prologue 0.5-1% slower at every L (run bk) */
+            ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
         ff32_commit();
     }
     ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
@@ -288,15 +288,12 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
         const int st = KV1 ? 0 : (t - t_begin) & 1;
         /* Tile t landed, and every thread is done with iteration t-1 (stage st^1 and Ps): one barrier
          * covers both, then the copy of tile t+1 into stage st^1 overlaps this whole iteration. */
-        if (KV1 && t == t_begin) ff32_wait<1>(); /* K(t_begin); V(t_begin) may still be in flight */
-        else ff32_wait<0>();
+        ff32_wait<0>();
         __syncthreads();
-        if (KV1) { /* V(t) into the V buffer, free since everyone finished P(t-1)·V(t-1) (V(t_begin): the prologue) */
-            if (t > t_begin) {
-                const int n0 = t * BN;
-                ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
-                ff32_commit();
-            }
+        if (KV1) { /* V(t) into the V buffer, free since everyone finished P(t-1)·V(t-1) */
+            const int n0 = t * BN;
+            ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
+            ff32_commit();
         } else if (t + 1 < t_end) {
             ff32_load_kv<BN, DB, KST, VST, NT>(Ks + (st ^ 1) * BN * KST, Vs + (st ^ 1) * BN * VST, kp, vp, a, t + 1, tid);
         }
