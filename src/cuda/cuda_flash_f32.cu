@@ -141,7 +141,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
         aligned = aligned && a.qs[i] % 4 == 0 && a.ks[i] % 4 == 0 && a.vs[i] % 4 == 0;
     }
     a.vec16 = aligned;
-    a.uneven = p->has_window && (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m * p->heads * p->batch < (1LL << 31);
+    a.uneven = p->has_window && (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m <= 65535; /* a grid's z limit */
     a.diag = p->diag_offset; a.wl = p->window_left; a.wr = p->window_right;
     a.H = (int)p->heads; a.group = (int)p->group; a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k;
     a.D = (int)p->head_dim;

@@ -34,7 +34,8 @@ struct ff32_args {
     int H, group, Lq, Lk, D;
     float scale_log2; /* scale · log2(e) */
     int vec16;        /* q/k/v 16-byte aligned with strides multiple of 4: 16-byte copies */
-    int uneven;       /* a causal or window mask (query blocks see different numbers of key tiles), grid < 2^31 blocks */
+    int uneven;       /* a causal or window mask (query blocks see different numbers of key tiles): the exact kernel's
+                       * grid is (heads, batch, query blocks), so that every head's heaviest block starts first */
 };
 
 /* Host-side launchers, one per head-dim bucket (defined in cuda_flash_f32_d<DB>.cu).
@@ -157,13 +158,10 @@ struct ff32_block {
      * had run alone at the end); else head by head, which keeps a head's K/V in L2 for its query blocks. */
     __device__ __forceinline__ void init(const ff32_args &a, int BM, int BN, bool across = false)
     {
-        if (across && a.uneven) { /* uneven is set only for grids of fewer than 2^31 blocks */
-            const unsigned hb = gridDim.y * gridDim.z, lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-            const int r = (int)(lin % hb);
-            init_at(a, BM, BN, (int)(gridDim.x - 1 - lin / hb), r % (int)gridDim.y, r / (int)gridDim.y);
-        } else {
+        if (across && a.uneven) /* the launcher's grid is then (heads, batch, query blocks) */
+            init_at(a, BM, BN, gridDim.z - 1 - blockIdx.z, blockIdx.x, blockIdx.y);
+        else
             init_at(a, BM, BN, gridDim.x - 1 - blockIdx.x, blockIdx.y, blockIdx.z);
-        }
     }
     /* query block mblk of head h, batch b (init: the grid's; the last query blocks, the longest rows when causal,
      * first) */
@@ -634,7 +632,8 @@ static cudaError_t ff32_launch_exact(const ff32_args *a, int batch, cudaStream_t
     typedef ff32_exact_cfg<DB, BM, BN, TM, KV1> C;
     cudaError_t e = fw_cuda_smem_limit<ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1>>(C::SMEM);
     if (e != cudaSuccess) return e;
-    dim3 grid((unsigned)((a->Lq + BM - 1) / BM), (unsigned)a->H, (unsigned)batch);
+    const unsigned nqb = (unsigned)((a->Lq + BM - 1) / BM);
+    const dim3 grid = a->uneven ? dim3((unsigned)a->H, (unsigned)batch, nqb) : dim3(nqb, (unsigned)a->H, (unsigned)batch);
     ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1><<<grid, C::NT, C::SMEM, s>>>(*a);
     return cudaGetLastError();
 }
