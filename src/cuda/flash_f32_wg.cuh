@@ -23,8 +23,8 @@
  * barrier per tile: the default at Lk <= 256) and ff32_ws_kernel (every K/V tile split once into a workspace,
  * by a pre-pass or by the kernel's own blocks, LOCAL > 0 or PERSIST (one block per SM looping over the query
  * blocks); one producer thread bulk-copies the split tiles, mbarriers hand them to two consumer warpgroups, which
- * take turns issuing their products). cuda_flash_f32.cu picks among them per call. Compiled for sm_90a only (the bodies trap elsewhere);
- * cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
+ * take turns issuing their products). cuda_flash_f32.cu picks among them per call. Compiled for sm_90a only (the
+ * bodies trap elsewhere); cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
 #ifndef FW_FLASH_F32_WG_CUH
 #define FW_FLASH_F32_WG_CUH
 
