@@ -374,10 +374,10 @@ static double time_graph(tbuf *t, const char *name, int ci, fw_precision prec, d
     const cudaError_t ce = cudaStreamEndCapture(s, &g);
     t->q.data = t->dq; t->k.data = t->dk; t->v.data = t->dv; t->o.data = t->dO;
     double med = -1;
+    if (ce != cudaSuccess) g = NULL; /* no graph to destroy */
     if (st != FW_OK || ce != cudaSuccess) {
         printf("  %s graph capture: %s %s\n", name, msg, cudaGetErrorString(ce));
         cudaGetLastError();
-        g = NULL;
     } else {
         CK(cudaGraphInstantiate(&ge, g, 0));
         cudaEvent_t e0, e1;

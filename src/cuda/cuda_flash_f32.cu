@@ -91,26 +91,22 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
      * per SM, the persistent kernel (entry 3: with the consumers' ping-pong 5-13% faster than the others at L = 512 /
      * 1024 in both modes, run bq); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
      * in-kernel shared split (entry 0). */
+    fw_cuda_device_info di;
+    const int sms = fw_cuda_device_facts(p->device.index, &di) ? di.sm_count : 0; /* 0: not known */
+    const long long qblocks = (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m; /* of entry ci, per head */
+    const long long blocks = qblocks * p->heads * p->batch;
     if (t[ci].sm90a && ci + 3 < cnt && t[ci + 3].sm90a) {
-        fw_cuda_device_info di;
-        const long long qblocks = (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m;
         const long long n_kt = (p->seqlen_k + t[ci].block_n - 1) / t[ci].block_n;
         if (p->seqlen_k <= 256) ci += 1;
         else if (2 * qblocks * p->group < n_kt) ci += 2;
-        else if (!p->has_window && fw_cuda_device_facts(p->device.index, &di) &&
-                 qblocks * p->heads * p->batch <= 8LL * di.sm_count)
-            ci += 3;
+        else if (!p->has_window && sms > 0 && blocks <= 8LL * sms) ci += 3;
         else if (variant == 1) ci += 2;
     }
     /* Exact: when the default's query blocks would not give every SM one (B·H·⌈Lq/BM⌉ ≤ SMs, e.g. the seed suite at
      * L=128), the table's few_blocks entry, with smaller blocks and so more of them. */
-    if (!t[ci].sm90a && variant == 0) {
-        fw_cuda_device_info di;
-        const long long blocks = (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m * p->heads * p->batch;
-        if (fw_cuda_device_facts(p->device.index, &di) && blocks <= di.sm_count)
-            for (int i = 0; i < cnt; i++)
-                if (t[i].few_blocks) { ci = i; break; }
-    }
+    if (!t[ci].sm90a && variant == 0 && sms > 0 && blocks <= sms)
+        for (int i = 0; i < cnt; i++)
+            if (t[i].few_blocks) { ci = i; break; }
     if (cfg && (cfg->name[0] || cfg->block_m)) {
         ci = -1;
         for (int i = 0; i < cnt && ci < 0; i++) {

@@ -90,19 +90,21 @@ __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *
     for (int i = 0; i < (256 + NT - 1) / NT; i++) {
         const int idx = tid + NT * i, kb = idx & 15, c = idx >> 4;
         if (256 % NT && idx >= 256) break;
+        /* keys 4kb..4kb+3 of column 4c + e, split, into their 16-byte chunk of Vᵀ */
+        auto put = [&](int e, float y0, float y1, float y2, float y3) {
+            uint4 big, small;
+            ff32_wg_split<SPLIT>(y0, big.x, small.x);
+            ff32_wg_split<SPLIT>(y1, big.y, small.y);
+            ff32_wg_split<SPLIT>(y2, big.z, small.z);
+            ff32_wg_split<SPLIT>(y3, big.w, small.w);
+            const uint32_t off = ff32_wg_sw(4 * c + e, kb);
+            *reinterpret_cast<uint4 *>(sv + off) = big;
+            if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
+        };
         if constexpr (NT < 128) { /* the producer's split warps (24 registers): one column at a time */
             const float *col = rv + 4 * kb * 64 + ((c ^ (kb & 7)) << 2);
 #pragma unroll 1
-            for (int e = 0; e < 4; e++) {
-                uint4 big, small;
-                ff32_wg_split<SPLIT>(col[e], big.x, small.x);
-                ff32_wg_split<SPLIT>(col[64 + e], big.y, small.y);
-                ff32_wg_split<SPLIT>(col[128 + e], big.z, small.z);
-                ff32_wg_split<SPLIT>(col[192 + e], big.w, small.w);
-                const uint32_t off = ff32_wg_sw(4 * c + e, kb);
-                *reinterpret_cast<uint4 *>(sv + off) = big;
-                if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
-            }
+            for (int e = 0; e < 4; e++) put(e, col[e], col[64 + e], col[128 + e], col[192 + e]);
         } else {
             float4 x[4];
 #pragma unroll
@@ -112,18 +114,8 @@ __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float y0 = e == 0 ? x[0].x : e == 1 ? x[0].y : e == 2 ? x[0].z : x[0].w;
-                const float y1 = e == 0 ? x[1].x : e == 1 ? x[1].y : e == 2 ? x[1].z : x[1].w;
-                const float y2 = e == 0 ? x[2].x : e == 1 ? x[2].y : e == 2 ? x[2].z : x[2].w;
-                const float y3 = e == 0 ? x[3].x : e == 1 ? x[3].y : e == 2 ? x[3].z : x[3].w;
-                uint4 big, small;
-                ff32_wg_split<SPLIT>(y0, big.x, small.x);
-                ff32_wg_split<SPLIT>(y1, big.y, small.y);
-                ff32_wg_split<SPLIT>(y2, big.z, small.z);
-                ff32_wg_split<SPLIT>(y3, big.w, small.w);
-                const uint32_t off = ff32_wg_sw(4 * c + e, kb);
-                *reinterpret_cast<uint4 *>(sv + off) = big;
-                if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
+                auto at = [&](const float4 &v) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; };
+                put(e, at(x[0]), at(x[1]), at(x[2]), at(x[3]));
             }
         }
     }
