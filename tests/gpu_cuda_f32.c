@@ -3,7 +3,8 @@
  *
  *   gpu_cuda_f32                 correctness suite (exit 0 pass, 1 fail, 77 no GPU)
  *   gpu_cuda_f32 --small         one small causal GQA case per kernel family (for compute-sanitizer)
- *   gpu_cuda_f32 --bench [DIR]   the seed suite (B=16, H=8, D=64, L=128..2048) and a few more shapes:
+ *   gpu_cuda_f32 --bench [DIR]   the seed suite (B=16, H=8, D=64, L=128..2048; the anchors' seed003 at B=1 and
+ *                                32) and a few more shapes:
  *                                median CUDA-event times, TFLOP/s, error vs float64; with DIR, the
  *                                inputs and outputs go there as raw float32 for the PyTorch side. */
 #include <math.h>
@@ -426,6 +427,13 @@ static int run_bench(const char *dir)
         {16, 8, 8, 1024, 1024, 64, 0, 0, 0, U, U, FW_F32, "seed"},
         {16, 8, 8, 2048, 2048, 64, 0, 0, 0, U, U, FW_F32, "seed"},
         {16, 8, 8, 2048, 2048, 64, 0, 0, 1, U, U, FW_F32, "seed-causal"},
+        /* the anchors' seed003 (the assignment's S = 128/512/1024, 8 heads, D = 64) at batch 1 and 32 */
+        {1, 8, 8, 128, 128, 64, 0, 0, 0, U, U, FW_F32, "seed003-b1"},
+        {1, 8, 8, 512, 512, 64, 0, 0, 0, U, U, FW_F32, "seed003-b1"},
+        {1, 8, 8, 1024, 1024, 64, 0, 0, 0, U, U, FW_F32, "seed003-b1"},
+        {32, 8, 8, 128, 128, 64, 0, 0, 0, U, U, FW_F32, "seed003-b32"},
+        {32, 8, 8, 512, 512, 64, 0, 0, 0, U, U, FW_F32, "seed003-b32"},
+        {32, 8, 8, 1024, 1024, 64, 0, 0, 0, U, U, FW_F32, "seed003-b32"},
         {8, 8, 8, 1024, 1024, 128, 0, 0, 0, U, U, FW_F32, "d128"},
         {4, 8, 8, 1024, 1024, 32, 0, 0, 0, U, U, FW_F32, "d32"},
         {2, 8, 8, 512, 512, 256, 0, 0, 0, U, U, FW_F32, "d256"},

@@ -85,11 +85,12 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     const int cnt = ff32_table(p->head_dim, variant, &t);
     int ci = 0; /* the first that runs here; or found by its name (with or without the precision prefix) or tile shape */
     while (ci + 1 < cnt && !ff32_cfg_runs(&t[ci], p->device.index)) ci++;
-    /* The wgmma kernels (entries 0-3 of the head-dim-64 table, docs/PERF-gpu-f32.md "Run 4" and "Run 5"): short keys,
+    /* The wgmma kernels (entries 0-4 of the head-dim-64 table, docs/PERF-gpu-f32.md "Run 4" to "Run 6"): short keys,
      * the in-block split (entry 1: 20-25% faster at L <= 256); fewer than n_kt/2 query blocks per kv head to share
      * the split (Lk much longer than Lq), the pre-pass kernel (entry 2); no mask and at most 8 rounds of query blocks
      * per SM, the persistent kernel (entry 3: with the consumers' ping-pong 5-13% faster than the others at L = 512 /
-     * 1024 in both modes, run bq); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
+     * 1024 in both modes, run bq), in its short-key form where the keys are at most FF32_SHORT_TILES tiles (entry 4:
+     * 6% faster at L = 512, run ce); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
      * in-kernel shared split (entry 0). */
     fw_cuda_device_info di;
     const int sms = fw_cuda_device_facts(p->device.index, &di) ? di.sm_count : 0; /* 0: not known */
@@ -99,7 +100,8 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
         const long long n_kt = (p->seqlen_k + t[ci].block_n - 1) / t[ci].block_n;
         if (p->seqlen_k <= 256) ci += 1;
         else if (2 * qblocks * p->group < n_kt) ci += 2;
-        else if (!p->has_window && sms > 0 && blocks <= 8LL * sms) ci += 3;
+        else if (!p->has_window && sms > 0 && blocks <= 8LL * sms)
+            ci += n_kt <= FF32_SHORT_TILES && ci + 4 < cnt && t[ci + 4].sm90a ? 4 : 3;
         else if (variant == 1) ci += 2;
     }
     /* Exact: when the default's query blocks would not give every SM one (B·H·⌈Lq/BM⌉ ≤ SMs, e.g. the seed suite at

@@ -1,6 +1,6 @@
 /* cuda-flash-f32, head-dim bucket 64 (head_dim in (32, 64], zero-padded to 64). See flash_f32_kernel.cuh.
  * Entry 0 of each table is the default (the fastest measured: H100 run 2 of docs/PERF-gpu-f32.md; the tensor-core
- * modes' wgmma kernels, entries 0-3, run on compute capability 9.0 only: elsewhere the first mma.sync entry is). */
+ * modes' wgmma kernels, entries 0-4, run on compute capability 9.0 only: elsewhere the first mma.sync entry is). */
 #include "flash_f32_kernel.cuh"
 #include "flash_f32_wg.cuh"
 
@@ -16,6 +16,7 @@ static const ff32_cfg_info tc_cfgs[] = {
     {"wg-bm128-bn64", 128, 64, 8, 1, 0},
     {"ws-bm128-bn64", 128, 64, 12, 1, 0},
     {"wsp-bm128-bn64", 128, 64, 12, 1, 0},
+    {"wsps-bm128-bn64", 128, 64, 12, 1, 0},
     {"bm128-bn64-w4", 128, 64, 4, 0, 0},
     {"bm128-bn32-w4", 128, 32, 4, 0, 0},
     {"bm64-bn64-w4", 64, 64, 4, 0, 0},
@@ -50,10 +51,11 @@ cudaError_t ff32_launch_d64(int variant, int cfg, const ff32_args *a, int batch,
     case 1: return split ? ff32_launch_wg<true>(a, batch, s) : ff32_launch_wg<false>(a, batch, s);
     case 2: return split ? ff32_launch_ws<true>(a, batch, s) : ff32_launch_ws<false>(a, batch, s);
     case 3: return split ? ff32_launch_ws<true, 0, true>(a, batch, s) : ff32_launch_ws<false, 0, true>(a, batch, s);
-    case 4: return split ? ff32_launch_tc<64, 64, 2, true>(a, batch, s) : ff32_launch_tc<64, 64, 2, false>(a, batch, s);
-    case 5: return split ? ff32_launch_tc<64, 32, 2, true>(a, batch, s) : ff32_launch_tc<64, 32, 2, false>(a, batch, s);
-    case 6: return split ? ff32_launch_tc<64, 64, 1, true>(a, batch, s) : ff32_launch_tc<64, 64, 1, false>(a, batch, s);
-    case 7: return split ? ff32_launch_tc<64, 32, 1, true>(a, batch, s) : ff32_launch_tc<64, 32, 1, false>(a, batch, s);
+    case 4: return split ? ff32_launch_ws<true, 0, true, true>(a, batch, s) : ff32_launch_ws<false, 0, true, true>(a, batch, s);
+    case 5: return split ? ff32_launch_tc<64, 64, 2, true>(a, batch, s) : ff32_launch_tc<64, 64, 2, false>(a, batch, s);
+    case 6: return split ? ff32_launch_tc<64, 32, 2, true>(a, batch, s) : ff32_launch_tc<64, 32, 2, false>(a, batch, s);
+    case 7: return split ? ff32_launch_tc<64, 64, 1, true>(a, batch, s) : ff32_launch_tc<64, 64, 1, false>(a, batch, s);
+    case 8: return split ? ff32_launch_tc<64, 32, 1, true>(a, batch, s) : ff32_launch_tc<64, 32, 1, false>(a, batch, s);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -46,6 +46,11 @@ struct ff32_cfg_info {
     int sm90a; /* 1: a wgmma kernel (flash_f32_wg.cuh), compute capability 9.0 only */
     int few_blocks; /* 1: the default instead of entry 0 when entry 0's query blocks would not fill the SMs once */
 };
+/* The persistent wgmma kernel's short-key form (config wsps, Lk <= FF32_SHORT_TILES x 64): its split warps get 56
+ * registers instead of 24 (a key tile split in ~9 µs instead of ~11: docs/PERF-gpu-f32.md "Run 6"), which the consumers
+ * pay with the separate P·V accumulator of 3xtf32 (FRESH_PV in flash_f32_wg.cuh): without it the tensor cores'
+ * accumulation into O erred 3.8e-6 at 8 key tiles, 7.6e-6 at 16 and 1.2e-5 at 32. */
+#define FF32_SHORT_TILES 8
 #define FF32_DECLARE(DB)                                                                           \
     int ff32_configs_d##DB(int variant, const ff32_cfg_info **table);                              \
     cudaError_t ff32_launch_d##DB(int variant, int cfg, const ff32_args *a, int batch, cudaStream_t s);

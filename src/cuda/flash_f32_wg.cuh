@@ -64,10 +64,10 @@ __device__ __forceinline__ uint32_t ff32_wg_sw(int r, int c)
 /* Raw tile -> split wgmma tiles, NT threads. K: row r (key) goes to position 2(r%4) + (r/4)%2 of its group
  * of 8. Vᵀ: a thread transposes 4x4 blocks (keys 4kb.., d 4c..), kb = index % 16, so that a quarter warp's
  * reads and writes hit 8 different 16-byte chunks. */
-template <bool SPLIT, int NT>
+template <bool SPLIT, int NT, bool NARROW = (NT < 128)>
 __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *sk, int tid)
 {
-#pragma unroll(NT < 128 ? 1 : 2)
+#pragma unroll(NARROW ? 1 : 2)
     for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
         const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
         if (1024 % NT && idx >= 1024) break;
@@ -83,10 +83,10 @@ __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *
         if (SPLIT) *reinterpret_cast<uint4 *>(sk + ff32_wg_cfg<SPLIT>::PART + off) = small;
     }
 }
-template <bool SPLIT, int NT>
+template <bool SPLIT, int NT, bool NARROW = (NT < 128)>
 __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *sv, int tid)
 {
-#pragma unroll(NT < 128 ? 1 : 4)
+#pragma unroll(NARROW ? 1 : 4)
     for (int i = 0; i < (256 + NT - 1) / NT; i++) {
         const int idx = tid + NT * i, kb = idx & 15, c = idx >> 4;
         if (256 % NT && idx >= 256) break;
@@ -101,7 +101,7 @@ __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *
             *reinterpret_cast<uint4 *>(sv + off) = big;
             if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
         };
-        if constexpr (NT < 128) { /* the producer's split warps (24 registers): one column at a time */
+        if constexpr (NARROW) { /* the producer's split warps at 24 registers: one column at a time */
             const float *col = rv + 4 * kb * 64 + ((c ^ (kb & 7)) << 2);
 #pragma unroll 1
             for (int e = 0; e < 4; e++) put(e, col[e], col[64 + e], col[128 + e], col[192 + e]);
@@ -211,6 +211,18 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
                 const int r = wrow + g + 8 * (e & 1), c = 8 * kk + t4 + 4 * (e >> 1);
                 const float x = r < rows && c < D ? q[r * rs + c] * sc : 0.0f;
                 ff32_wg_split<SPLIT>(x, qb[kk][e], qs[kk][e]);
+            }
+    }
+    /* The same from a staged 128 x 64 tile (ff32_ws_kernel's, zero-filled past the rows and D): 16-byte chunk c of
+     * row r at chunk c ^ (r % 8), so that a warp's 8 rows x 4 columns hit 32 banks */
+    __device__ __forceinline__ void load_q_staged(const float *q, float sc)
+    {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = wrow + g + 8 * (e & 1), c = 8 * kk + t4 + 4 * (e >> 1);
+                ff32_wg_split<SPLIT>(q[r * 64 + (((c >> 2) ^ (r & 7)) << 2) + (c & 3)] * sc, qb[kk][e], qs[kk][e]);
             }
     }
     /* Mask (tiles on the band's edge: the rows' key ranges computed there, not kept in registers), online
@@ -427,6 +439,9 @@ template <bool SPLIT, bool FUSED = false> struct ff32_ps_cfg {
     static constexpr uint32_t RAW2 = W::VST >= W::RAW ? OFF_V + 2 * W::VST : OFF_RAW + W::RAW;
     static constexpr uint32_t OFF_BAR = OFF_RAW + (FUSED ? (W::VST >= W::RAW ? 1 : 2) * W::RAW : 0);
     static constexpr size_t SMEM = (size_t)OFF_BAR + 128 + 1024; /* + mbarriers and the ticket, + base alignment */
+    /* persistent: the next query block's rows, staged by the consumers an item ahead (cp.async) */
+    static constexpr uint32_t OFF_Q = OFF_BAR + 128;
+    static constexpr size_t SMEM_PERSIST = (size_t)OFF_Q + W::BM * 64 * 4 + 1024;
     static constexpr size_t PRE_SMEM = (size_t)W::RAW; /* pre-pass: one raw K and V tile */
 };
 
@@ -502,8 +517,12 @@ __device__ __forceinline__ void ff32_fence_proxy_async_global() { asm volatile("
  * head need not run at the same time.
  * PERSIST (LOCAL = 0): one block per SM loops over the query blocks (items it, it + gridDim.x, ...; the query blocks
  * of a head next to each other); the stages' ring runs on across items, so the producer copies (and the split
- * warps split) the next item's tiles while the consumers finish the current one. */
-template <bool SPLIT, int LOCAL = 0, bool PERSIST = false>
+ * warps split) the next item's tiles while the consumers finish the current one, and each consumer warpgroup stages
+ * its rows of the next item's Q in shared memory.
+ * SHORT (PERSIST, keys of at most FF32_SHORT_TILES tiles): the split warps get 56 registers and the consumers 224,
+ * without 3xtf32's separate P·V accumulator (see FF32_SHORT_TILES). At L = 512 each block splits 2 of the 8 tiles of
+ * every item's head, and a tile's split (~11 µs at 24 registers, ~9 at 56) is what the items wait for. */
+template <bool SPLIT, int LOCAL = 0, bool PERSIST = false, bool SHORT = false>
 __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsigned char *ws, int *sync, int batch)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -511,6 +530,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
     typedef ff32_ps_cfg<SPLIT, FUSED> C;
     constexpr int BN = C::W::BN, BM = C::W::BM;
     static_assert(!PERSIST || LOCAL == 0, "the persistent form splits every tile by ticket");
+    static_assert(!SHORT || PERSIST, "the short-key form is a persistent one");
     extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
     unsigned char *base = ff32_wg_base(ff32_wg_smem);
     const uint32_t sK_addr = (uint32_t)__cvta_generic_to_shared(base), sV_addr = sK_addr + C::OFF_V;
@@ -552,7 +572,8 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
         }
 
     if (wg == 0) { /* producer: one thread copies; with FUSED, warps 1-3 split tiles by ticket */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if constexpr (SHORT) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+        else asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         const int hkn = a.H / a.group, n_kt = (a.Lk + BN - 1) / BN;
         if (FUSED && warp > 0) {
             const int ts = tid - 32;
@@ -577,8 +598,8 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
                     ff32_wait<0>();
                     fwwg::named_sync(1, 96); /* the raw tile landed */
                     unsigned char *dst = ws_head + t * (long long)C::TILE;
-                    ff32_wg_split_k<SPLIT, 96>(raw, dst, ts);
-                    ff32_wg_split_v<SPLIT, 96>(raw + 64 * 64, dst + C::W::KST, ts);
+                    ff32_wg_split_k<SPLIT, 96, !SHORT>(raw, dst, ts); /* SHORT: unrolled, V by rows (2% faster, run by) */
+                    ff32_wg_split_v<SPLIT, 96, !SHORT>(raw + 64 * 64, dst + C::W::KST, ts);
                     ff32_fence_proxy_async_global();
                     fwwg::named_sync(1, 96); /* the tile written (and the raw copy read) by all 96 */
                     if (ts == 0) ff32_st_release(flag + t, 1);
@@ -610,12 +631,13 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    if constexpr (SHORT) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+    else asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int wgc = wg - 1;
     auto s_desc = [&](int g) { return fwwg::sw128_desc(sK_addr + (uint32_t)((g & 1) * C::W::KST), 16, 1024); };
     auto v_desc = [&](int g) { return fwwg::sw128_desc(sV_addr + (uint32_t)((g % 3) * C::W::VST), 16, 1024); };
     int g = 0; /* tiles through the stages before this item */
-    ff32_wg_rows<SPLIT, SPLIT> w;
+    ff32_wg_rows<SPLIT, SPLIT && !SHORT> w;
     w.init(wgc * 64 + (warp & 3) * 16, lane);
     /* ping-pong (as flash_wg.cuh): consumer c issues its products after named_sync(2 + c), then lets the other go, so
      * that one's softmax runs under the other's products (3xtf32 7-16% faster at L = 512..2048, run bo); consumer 1
@@ -623,10 +645,33 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
     if (wgc == 1) fwwg::named_arrive(2, 256);
     auto turn_begin = [&]() { fwwg::named_sync(2 + wgc, 256); };
     auto turn_end = [&]() { fwwg::named_arrive(3 - wgc, 256); };
+    /* PERSIST: each consumer warpgroup copies its 64 query rows of the next item into shared memory while it works on
+     * this one (loaded from global memory at the item's start, they took ~4-5 µs behind the split warps' traffic) */
+    const bool qstage = PERSIST && a.vec16;
+    float *const sQ = reinterpret_cast<float *>(base + C::OFF_Q);
+    auto stage_q = [&](const ff32_wg_block &qb) {
+        const int ct = tid & 127;
+#pragma unroll 2
+        for (int i = 0; i < 8; i++) {
+            const int idx = ct + 128 * i, r = wgc * 64 + (idx >> 4), c = idx & 15;
+            const int bytes = r < qb.rows && 4 * c < a.D ? min(16, (a.D - 4 * c) * 4) : 0;
+            ff32_cp16(sQ + r * 64 + ((c ^ (r & 7)) << 2), bytes ? qb.qp + (long long)r * a.qs[2] + 4 * c : qb.qp, bytes);
+        }
+        ff32_commit();
+    };
+    if (qstage && it0 < n_items) stage_q(item(it0));
     for (int it = it0; it < n_items; it += it_step) {
         const ff32_wg_block blk = item(it);
         const int n_tiles = blk.n_tiles;
-        w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
+        if (qstage) {
+            ff32_wait<0>();
+            fwwg::named_sync(4 + wgc, 128); /* the warpgroup's rows landed */
+            w.load_q_staged(sQ, a.scale_log2);
+            fwwg::named_sync(4 + wgc, 128); /* and read by all before the next item's overwrite them */
+            if (it + it_step < n_items) stage_q(item(it + it_step));
+        } else {
+            w.load_q(blk.qp, a.qs[2], blk.rows, a.D, a.scale_log2);
+        }
         if (n_tiles > 0) {
             fwwg::mbar_wait(bar.k_full(g & 1), (uint32_t)((g >> 1) & 1));
             turn_begin();
@@ -695,16 +740,19 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int 
 /* A workspace of B·Hk·⌈Lk/64⌉ tiles (64 KB each in 3xtf32, 32 KB in tf32), filled by the pre-pass or, FUSED,
  * by the kernel itself (per kv head a ticket counter and a flag per tile, after the tiles, zeroed here); then the
  * kernel (PERSIST: one block per SM). */
-template <bool SPLIT, int LOCAL = 0, bool PERSIST = false>
+template <bool SPLIT, int LOCAL = 0, bool PERSIST = false, bool SHORT = false>
 static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
 {
+    if constexpr (SHORT)
+        if ((a->Lk + 63) / 64 > FF32_SHORT_TILES) return ff32_launch_ws<SPLIT, 0, true, false>(a, batch, s);
     constexpr bool FUSED = LOCAL > 0 || PERSIST;
     typedef ff32_ps_cfg<SPLIT, FUSED> C;
     const int hkn = a->H / a->group, n_kt = (a->Lk + 63) / 64;
     const size_t tiles = (size_t)batch * hkn * n_kt, sync_bytes = FUSED ? (tiles + (size_t)batch * hkn) * sizeof(int) : 0;
     const size_t bytes = tiles * C::TILE + sync_bytes;
     cudaError_t e = FUSED ? cudaSuccess : fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
-    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT, LOCAL, PERSIST>>(C::SMEM);
+    const size_t smem = PERSIST ? C::SMEM_PERSIST : C::SMEM;
+    if (e == cudaSuccess) e = fw_cuda_smem_limit<ff32_ws_kernel<SPLIT, LOCAL, PERSIST, SHORT>>(smem);
     if (e != cudaSuccess) return e;
     const int nqb = (a->Lq + C::W::BM - 1) / C::W::BM;
     dim3 grid((unsigned)nqb, (unsigned)a->H, (unsigned)batch);
@@ -736,7 +784,7 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
         }
     }
     if (e == cudaSuccess && grid.x > 0) {
-        ff32_ws_kernel<SPLIT, LOCAL, PERSIST><<<grid, 384, C::SMEM, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync, batch);
+        ff32_ws_kernel<SPLIT, LOCAL, PERSIST, SHORT><<<grid, 384, smem, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync, batch);
         e = cudaGetLastError();
     }
     const cudaError_t f = ws ? fw_cuda_ws_free(ws, bytes, s) : cudaSuccess;
