@@ -90,7 +90,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
      * the split (Lk much longer than Lq), the pre-pass kernel (entry 2); no mask and at most 8 rounds of query blocks
      * per SM, the persistent kernel (entry 3: with the consumers' ping-pong 5-13% faster than the others at L = 512 /
      * 1024 in both modes, run bq), in its short-key form where the keys are at most FF32_SHORT_TILES tiles (entry 4:
-     * 6% faster at L = 512, run ce); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
+     * 3-7% faster at L = 512, runs bv and by); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
      * in-kernel shared split (entry 0). */
     fw_cuda_device_info di;
     const int sms = fw_cuda_device_facts(p->device.index, &di) ? di.sm_count : 0; /* 0: not known */

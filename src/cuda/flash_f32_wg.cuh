@@ -200,30 +200,27 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
         if constexpr (FRESH_PV) fwwg::wgmma_reg_fence(pv);
         else fwwg::wgmma_reg_fence(o);
     }
-    /* Q's A fragments (pre-scaled by scale·log2 e, split) from a row-major tile: row r, column c at q[r * rs + c];
-     * rows >= rows and columns >= D read as 0. */
-    __device__ __forceinline__ void load_q(const float *q, long long rs, int rows, int D, float sc)
+    /* Q's A fragments, split; at(r, c): row r, column c of the warpgroup's tile, pre-scaled by scale·log2 e */
+    template <typename At> __device__ __forceinline__ void take_q(At at)
     {
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = wrow + g + 8 * (e & 1), c = 8 * kk + t4 + 4 * (e >> 1);
-                const float x = r < rows && c < D ? q[r * rs + c] * sc : 0.0f;
-                ff32_wg_split<SPLIT>(x, qb[kk][e], qs[kk][e]);
+                ff32_wg_split<SPLIT>(at(r, c), qb[kk][e], qs[kk][e]);
             }
     }
-    /* The same from a staged 128 x 64 tile (ff32_ws_kernel's, zero-filled past the rows and D): 16-byte chunk c of
-     * row r at chunk c ^ (r % 8), so that a warp's 8 rows x 4 columns hit 32 banks */
+    /* from a row-major tile: row r, column c at q[r * rs + c]; rows >= rows and columns >= D read as 0 */
+    __device__ __forceinline__ void load_q(const float *q, long long rs, int rows, int D, float sc)
+    {
+        take_q([&](int r, int c) { return r < rows && c < D ? q[r * rs + c] * sc : 0.0f; });
+    }
+    /* from a staged 128 x 64 tile (ff32_ws_kernel's, zero-filled past the rows and D): 16-byte chunk c of row r at
+     * chunk c ^ (r % 8), so that a warp's 8 rows x 4 columns hit 32 banks */
     __device__ __forceinline__ void load_q_staged(const float *q, float sc)
     {
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = wrow + g + 8 * (e & 1), c = 8 * kk + t4 + 4 * (e >> 1);
-                ff32_wg_split<SPLIT>(q[r * 64 + (((c >> 2) ^ (r & 7)) << 2) + (c & 3)] * sc, qb[kk][e], qs[kk][e]);
-            }
+        take_q([&](int r, int c) { return q[r * 64 + (((c >> 2) ^ (r & 7)) << 2) + (c & 3)] * sc; });
     }
     /* Mask (tiles on the band's edge: the rows' key ranges computed there, not kept in registers), online
      * softmax of S in place (keys from n0); alpha: the rescale of O. */
