@@ -104,11 +104,17 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
             ci += n_kt <= FF32_SHORT_TILES && ci + 4 < cnt && t[ci + 4].sm90a ? 4 : 3;
         else if (variant == 1) ci += 2;
     }
-    /* Exact: when the default's query blocks would not give every SM one (B·H·⌈Lq/BM⌉ ≤ SMs, e.g. the seed suite at
-     * L=128), the table's few_blocks entry, with smaller blocks and so more of them. */
-    if (!t[ci].sm90a && variant == 0 && sms > 0 && blocks <= sms)
-        for (int i = 0; i < cnt; i++)
-            if (t[i].few_blocks) { ci = i; break; }
+    /* Exact: where the default's blocks would not fill the SMs, a few_blocks entry with smaller blocks and so more of
+     * them (the seed suite at L=128: bm64, 2 a SM; at B=1 and L <= 512: bm32, 1 a SM) */
+    if (!t[ci].sm90a && variant == 0 && sms > 0) {
+        int best = -1;
+        for (int i = 0; i < cnt; i++) {
+            const long long nb = (p->seqlen_q + t[i].block_m - 1) / t[i].block_m * p->heads * p->batch;
+            if (t[i].few_blocks && nb <= (long long)t[i].few_blocks * sms && (best < 0 || t[i].block_m < t[best].block_m))
+                best = i;
+        }
+        if (best >= 0) ci = best;
+    }
     if (cfg && (cfg->name[0] || cfg->block_m)) {
         ci = -1;
         for (int i = 0; i < cnt && ci < 0; i++) {

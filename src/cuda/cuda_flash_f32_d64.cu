@@ -6,10 +6,12 @@
 
 static const ff32_cfg_info exact_cfgs[] = {
     {"bm128-bn64-tm8-kv1", 128, 64, 4, 0, 0},
-    {"bm64-bn64-tm4-kv1", 64, 64, 4, 0, 1}, /* L=128 (128 query blocks of 128 rows on 132 SMs): 16% faster (run bh) */
+    {"bm64-bn64-tm4-kv1", 64, 64, 4, 0, 2}, /* L=128 (128 query blocks of 128 rows on 132 SMs): 16% faster (run bh) */
     {"bm128-bn32-tm8-kv1", 128, 32, 4, 0, 0},
     {"bm64-bn64-tm4", 64, 64, 4, 0, 0},
     {"bm64-bn32-tm4", 64, 32, 4, 0, 0},
+    /* B=1, L=128 and 512 (16 and 64 query blocks of 64 rows on 132 SMs): 26% and 20% faster than bm64 (run ce) */
+    {"bm32-bn64-tm2-kv1", 32, 64, 4, 0, 1},
 };
 static const ff32_cfg_info tc_cfgs[] = {
     {"wsf-bm128-bn64", 128, 64, 12, 1, 0},
@@ -42,6 +44,7 @@ cudaError_t ff32_launch_d64(int variant, int cfg, const ff32_args *a, int batch,
         case 2: return ff32_launch_exact<64, 128, 32, 8, 4, true>(a, batch, s);
         case 3: return ff32_launch_exact<64, 64, 64, 4, 4, false>(a, batch, s);
         case 4: return ff32_launch_exact<64, 64, 32, 4, 4, false>(a, batch, s);
+        case 5: return ff32_launch_exact<64, 32, 64, 2, 4, true>(a, batch, s);
         default: return cudaErrorInvalidValue;
         }
     }

@@ -44,7 +44,8 @@ struct ff32_cfg_info {
     const char *name;
     int block_m, block_n, warps;
     int sm90a; /* 1: a wgmma kernel (flash_f32_wg.cuh), compute capability 9.0 only */
-    int few_blocks; /* 1: the default instead of entry 0 when entry 0's query blocks would not fill the SMs once */
+    int few_blocks; /* k > 0: the default when its query blocks (B·H·⌈Lq/block_m⌉) are at most k per SM; the smallest
+                     * block_m that qualifies wins (short sequences, small batches: more and shorter blocks) */
 };
 /* The persistent wgmma kernel's short-key form (config wsps, Lk <= FF32_SHORT_TILES x 64): its split warps get 56
  * registers instead of 24 (a key tile split in ~9 µs instead of ~11: docs/PERF-gpu-f32.md "Run 6"), which the consumers
@@ -104,6 +105,17 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
         float *d = dst + r0 * SST + c;
 #pragma unroll
         for (int k = 0; k < ROWS / RP; k++) ff32_cp16(d + k * RP * SST, g + k * RP * rs, 16);
+    } else if (SWZ && NT % CH == 0 && vec16 && nrows >= ROWS && D == DB) {
+        /* the same for the swizzled tiles (the wgmma kernels'): in the split warps the checked loop below took ~45
+         * instructions a copy, a quarter of their time (Nsight Compute's source view, run cb) */
+        const int r0 = tid / CH, c4 = tid % CH;
+        const float *g = src + r0 * rs + 4 * c4;
+#pragma unroll(NT < 128 ? 1 : 4)
+        for (int k = 0; k < (ROWS + RP - 1) / RP; k++) {
+            const int r = r0 + k * RP;
+            if (ROWS % RP && r >= ROWS) break;
+            ff32_cp16(dst + r * SST + 4 * (c4 ^ ((r >> 2) & 7)), g + k * RP * rs, 16);
+        }
     } else if (vec16) {
         /* fewer than 128 threads: the wgmma kernels' split warps, at 24 registers (unrolled, they spill) */
 #pragma unroll(NT < 128 ? 1 : 4)

@@ -292,11 +292,17 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
             const bool live = lr > 0.0f || lr != lr;
             const float inv = live ? 1.0f / lr : 0.0f;
             float *orow = op + (long long)(m0 + row) * a.os[2];
+            if (a.D == 64 && (reinterpret_cast<uintptr_t>(orow) & 7) == 0) { /* 8-byte stores: whole 32-byte sectors */
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int col = j * 8 + 2 * t4;
-                if (col < a.D) orow[col] = o[j][2 * rr] * inv;
-                if (col + 1 < a.D) orow[col + 1] = o[j][2 * rr + 1] * inv;
+                for (int j = 0; j < 8; j++)
+                    *reinterpret_cast<float2 *>(orow + j * 8 + 2 * t4) = make_float2(o[j][2 * rr] * inv, o[j][2 * rr + 1] * inv);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int col = j * 8 + 2 * t4;
+                    if (col < a.D) orow[col] = o[j][2 * rr] * inv;
+                    if (col + 1 < a.D) orow[col + 1] = o[j][2 * rr + 1] * inv;
+                }
             }
             if (a.lse && t4 == 0)
                 a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] =
