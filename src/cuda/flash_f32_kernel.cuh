@@ -4,14 +4,14 @@
  *
  * Both kernels: grid (query tiles, heads, batch), heaviest query tiles first (causal); K/V tiles in
  * shared memory, double-buffered with cp.async (16-byte copies with zero-fill when the tensors are
- * 16-byte aligned, 4-byte copies otherwise); online softmax in the log2 domain (Q is pre-scaled by
+ * 16-byte aligned, 4-byte copies otherwise); online softmax in the log2 domain (S or Q scaled by
  * scale·log2 e), row statistics reduced with warp shuffles; key tiles outside the causal/window band
  * skipped, the mask applied only on tiles that straddle its edge. head_dim D is padded to the bucket
  * DB with zeros (masking by zero-fill), so one bucket serves every D in (DB/2, DB].
  *
  * Exact kernel (register-blocked like an SGEMM): each thread owns a TM×(BN/8) block of S and a
  * TM×(DB/8) block of O in registers; 8 threads (lanes 8k..8k+7 of a warp) share the rows of a block,
- * so row reductions are three xor-shuffles. Q (pre-scaled) and P go through shared memory: every
+ * so row reductions are three xor-shuffles. Q (copied as it is; S is scaled) and P go through shared memory: every
  * inner step reads 16-byte vectors of Q/K (resp. P/V) and does TM·TN·4 FMAs.
  *
  * Tensor-core kernel: 4 warps × 16 query rows; S = Q·Kᵀ and O += P·V with mma.m16n8k8.tf32; the
@@ -290,14 +290,18 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
         for (int c = 0; c < 4 * G; c++) o[r][c] = 0.0f;
     }
 
+    /* Q as it is (S is scaled instead), copied like K: loaded through registers to be pre-scaled, its wait was 16% of
+     * the samples at L=128 (Nsight Compute's source view, run cb) */
+    ff32_load_tile<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.vec16, tid);
     if (t_begin < t_end) {
         const int n0 = t_begin * BN;
         ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
         if (!KV1) /* KV1: V(t_begin) in the loop, as every V; in the prologue 0.5-1% slower at every L (run bk) */
             ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
-        ff32_commit();
     }
-    ff32_load_q<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.scale_log2, a.vec16, tid);
+    ff32_commit();
+    if (t_begin >= t_end) ff32_wait<0>(); /* no tile: nothing to wait on the copies later */
+    const float sc = a.scale_log2;
 
     for (int t = t_begin; t < t_end; t++) {
         const int st = KV1 ? 0 : (t - t_begin) & 1;
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
         }
         const float *Kt = Ks + st * BN * KST, *Vt = Vs + st * BN * VST;
 
-        /* S = Q·Kᵀ (log2 units) */
+        /* S = Q·Kᵀ, then times scale·log2 e (log2 units) */
         float s[TM][TN];
 #pragma unroll
         for (int r = 0; r < TM; r++)
@@ -339,6 +343,10 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
                     s[r][c] = x;
                 }
         }
+#pragma unroll
+        for (int r = 0; r < TM; r++)
+#pragma unroll
+            for (int c = 0; c < TN; c++) s[r][c] *= sc;
         const int n0 = t * BN;
         if (n0 < bd.lo_max || n0 + BN > bd.hi_min) { /* tile straddles the band's edge (or Lk) */
 #pragma unroll
