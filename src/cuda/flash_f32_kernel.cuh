@@ -97,24 +97,17 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
 {
     auto chunk = [](int r, int c4) { return SWZ ? c4 ^ ((r >> 2) & 7) : c4; }; /* 16-byte chunk c4 of row r */
     constexpr int CH = DB / 4, RP = NT / CH; /* 16-byte chunks per row; rows per pass of NT threads */
-    if (!SWZ && NT % CH == 0 && ROWS % RP == 0 && vec16 && nrows >= ROWS && D == DB) {
-        /* a whole tile (every key tile but the last, D = DB): one base address per thread, then a fixed step;
-         * the checked loop below costs ~20 instructions a copy, 3-4% of the exact kernel's instructions */
-        const int r0 = tid / CH, c = (tid % CH) * 4;
-        const float *g = src + r0 * rs + c;
-        float *d = dst + r0 * SST + c;
-#pragma unroll
-        for (int k = 0; k < ROWS / RP; k++) ff32_cp16(d + k * RP * SST, g + k * RP * rs, 16);
-    } else if (SWZ && NT % CH == 0 && vec16 && nrows >= ROWS && D == DB) {
-        /* the same for the swizzled tiles (the wgmma kernels'): in the split warps the checked loop below took ~45
-         * instructions a copy, a quarter of their time (Nsight Compute's source view, run cb) */
+    if (NT % CH == 0 && vec16 && nrows >= ROWS && D == DB) {
+        /* a whole tile (every key tile but the last, D = DB): one base address per thread, then a fixed step; the
+         * checked loop below costs ~20 instructions a copy, 3-4% of the exact kernel's instructions, and ~45 in the
+         * wgmma kernels' split warps, a quarter of their time (Nsight Compute's source view, run cb) */
         const int r0 = tid / CH, c4 = tid % CH;
         const float *g = src + r0 * rs + 4 * c4;
-#pragma unroll(NT < 128 ? 1 : 4)
+#pragma unroll(NT < 128 ? 1 : (ROWS + RP - 1) / RP)
         for (int k = 0; k < (ROWS + RP - 1) / RP; k++) {
             const int r = r0 + k * RP;
             if (ROWS % RP && r >= ROWS) break;
-            ff32_cp16(dst + r * SST + 4 * (c4 ^ ((r >> 2) & 7)), g + k * RP * rs, 16);
+            ff32_cp16(dst + r * SST + 4 * chunk(r, c4), g + k * RP * rs, 16);
         }
     } else if (vec16) {
         /* fewer than 128 threads: the wgmma kernels' split warps, at 24 registers (unrolled, they spill) */
