@@ -94,8 +94,8 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
      * in-kernel shared split (entry 0). */
     fw_cuda_device_info di;
     const int sms = fw_cuda_device_facts(p->device.index, &di) ? di.sm_count : 0; /* 0: not known */
-    const long long qblocks = (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m; /* of entry ci, per head */
-    const long long blocks = qblocks * p->heads * p->batch;
+    auto qblocks_of = [&](int bm) { return (p->seqlen_q + bm - 1) / bm; }; /* query blocks of a head */
+    const long long qblocks = qblocks_of(t[ci].block_m), blocks = qblocks * p->heads * p->batch; /* of entry ci */
     if (t[ci].sm90a && ci + 3 < cnt && t[ci + 3].sm90a) {
         const long long n_kt = (p->seqlen_k + t[ci].block_n - 1) / t[ci].block_n;
         if (p->seqlen_k <= 256) ci += 1;
@@ -109,7 +109,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     if (!t[ci].sm90a && variant == 0 && sms > 0) {
         int best = -1;
         for (int i = 0; i < cnt; i++) {
-            const long long nb = (p->seqlen_q + t[i].block_m - 1) / t[i].block_m * p->heads * p->batch;
+            const long long nb = qblocks_of(t[i].block_m) * p->heads * p->batch;
             if (t[i].few_blocks && nb <= (long long)t[i].few_blocks * sms && (best < 0 || t[i].block_m < t[best].block_m))
                 best = i;
         }
@@ -146,7 +146,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
         aligned = aligned && a.qs[i] % 4 == 0 && a.ks[i] % 4 == 0 && a.vs[i] % 4 == 0;
     }
     a.vec16 = aligned;
-    a.uneven = p->has_window && (p->seqlen_q + t[ci].block_m - 1) / t[ci].block_m <= 65535; /* a grid's z limit */
+    a.uneven = p->has_window && qblocks_of(t[ci].block_m) <= 65535; /* a grid's z limit */
     a.diag = p->diag_offset; a.wl = p->window_left; a.wr = p->window_right;
     a.H = (int)p->heads; a.group = (int)p->group; a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k;
     a.D = (int)p->head_dim;
