@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include "cuda/cuda_common.h" /* fw_cuda_ws_cache_release */
 #endif
 
 #ifndef FW_HAVE_CUDA
@@ -181,17 +182,31 @@ static int n_configs(tbuf *t, const char *name, fw_precision prec, char names[][
 
 typedef struct terr { double max_abs, rel, lse_err; long unwritten, stray; int nan; } terr;
 
+static void tb_poison(tbuf *t)
+{
+    CK(cudaMemset(t->dO, 0xff, t->no * fw_dtype_size(t->c.dt)));
+    CK(cudaMemset(t->dlse, 0xff, (size_t)t->c.B * t->c.H * t->c.Lq * 4));
+}
+
+static void tb_compare(tbuf *t, terr *e);
+
 /* Poison, run, copy back, compare with the reference (which must exist). */
 static fw_status tb_check(tbuf *t, const char *name, int ci, fw_precision prec, terr *e, char *msg, size_t len)
 {
-    const tcase *c = &t->c;
-    const size_t es = fw_dtype_size(c->dt);
-    CK(cudaMemset(t->dO, 0xff, t->no * es));
-    CK(cudaMemset(t->dlse, 0xff, (size_t)c->B * c->H * c->Lq * 4));
+    tb_poison(t);
     fw_status st = tb_run(t, name, ci, prec, 0, msg, len);
     if (st != FW_OK) return st;
     CK(cudaDeviceSynchronize());
     CK(cudaGetLastError());
+    tb_compare(t, e);
+    return FW_OK;
+}
+
+/* The device output (every element written, none outside) against the reference. */
+static void tb_compare(tbuf *t, terr *e)
+{
+    const tcase *c = &t->c;
+    const size_t es = fw_dtype_size(c->dt);
     CK(cudaMemcpy(t->ho, t->dO, t->no * es, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(t->hlse, t->dlse, (size_t)c->B * c->H * c->Lq * 4, cudaMemcpyDeviceToHost));
     memset(e, 0, sizeof *e);
@@ -220,7 +235,6 @@ static fw_status tb_check(tbuf *t, const char *name, int ci, fw_precision prec, 
         double d = (isinf(a) || isinf(r)) ? (a == r ? 0 : INFINITY) : fabs((double)a - r);
         if (d > e->lse_err) e->lse_err = d;
     }
-    return FW_OK;
 }
 
 static double tol_for(fw_dtype dt, fw_precision prec)
@@ -234,6 +248,17 @@ static double tol_for(fw_dtype dt, fw_precision prec)
 static const char *prec_name(fw_precision p)
 {
     return p == FW_PRECISION_TF32 ? "tf32" : p == FW_PRECISION_3XTF32 ? "3xtf32" : "exact";
+}
+
+static int tb_pass(const tbuf *t, fw_precision prec, const terr *e, const char *what, const char *cname)
+{
+    const double tol = tol_for(t->c.dt, prec) * t->maxv;
+    const double lse_tol = prec == FW_PRECISION_TF32 ? 5e-2 : (t->c.dt == FW_F32 ? 1e-4 : 2e-3);
+    const int pass = e->max_abs <= tol && e->unwritten == 0 && e->stray == 0 && e->nan == 0 && e->lse_err <= lse_tol;
+    printf("  %-15s %-6s %-22s %s max|dO| %.2e (tol %.1e) rel %.2e lse %.1e unwritten %ld stray %ld nan %d\n", what,
+           prec_name(prec), cname, pass ? "ok  " : "FAIL", e->max_abs, tol, e->rel, e->lse_err, e->unwritten, e->stray,
+           e->nan);
+    return pass;
 }
 
 static int check_case(const tcase *c, int *fails, int *runs)
@@ -268,17 +293,106 @@ static int check_case(const tcase *c, int *fails, int *runs)
                 (*fails)++;
                 continue;
             }
-            const double tol = tol_for(c->dt, bk[k].prec) * t.maxv;
-            const double lse_tol = bk[k].prec == FW_PRECISION_TF32 ? 5e-2 : (c->dt == FW_F32 ? 1e-4 : 2e-3);
-            const int pass = e.max_abs <= tol && e.unwritten == 0 && e.stray == 0 && e.nan == 0 && e.lse_err <= lse_tol;
-            printf("  %-15s %-6s %-22s %s max|dO| %.2e (tol %.1e) rel %.2e lse %.1e unwritten %ld stray %ld nan %d\n",
-                   bk[k].name, prec_name(bk[k].prec), cname, pass ? "ok  " : "FAIL", e.max_abs, tol, e.rel,
-                   e.lse_err, e.unwritten, e.stray, e.nan);
-            if (!pass) (*fails)++;
+            if (!tb_pass(&t, bk[k].prec, &e, bk[k].name, cname)) (*fails)++;
         }
     }
     tb_free(&t);
     return 1;
+}
+
+/* The kernels that split K/V into a workspace keep it with the stream between calls (fw_cuda_ws_cached: flags of
+ * this call's epoch, no reset). Two inputs of one shape in turn on one stream must each get their own answer (stale
+ * tiles or flags would give the other's), and so must a CUDA graph of both calls, replayed with new inputs (a graph
+ * takes pool memory and zeroes its flags). Every tensor-core configuration of cuda-flash-f32, tf32 and 3xtf32 (small:
+ * the default, the persistent kernel, for the sanitizers). */
+static void check_reuse(int small, int *fails, int *runs)
+{
+    const long U = FW_WINDOW_UNLIMITED;
+    const tcase c = {2, 4, 2, 512, 512, 64, 0, 0, 0, U, U, FW_F32, "reuse: two inputs, one stream"};
+    tbuf t[2];
+    tb_alloc(&t[0], &c);
+    tb_alloc(&t[1], &c);
+    if (!tb_reference(&t[0]) || !tb_reference(&t[1])) { (*fails)++; tb_free(&t[0]); tb_free(&t[1]); return; }
+    printf("case %s (B%d H%d/%d L%d D%d)\n", c.what, c.B, c.H, c.Hkv, c.Lq, c.D);
+    const fw_precision precs[2] = {FW_PRECISION_TF32, FW_PRECISION_3XTF32};
+    for (int k = 0; k < 2; k++) {
+        char names[FW_MAX_CONFIGS][48];
+        const int n = small ? 1 : n_configs(&t[0], "cuda-flash-f32", precs[k], names);
+        if (small) strcpy(names[0], "default");
+        for (int ix = 0; ix < n; ix++) {
+            const int ci = small ? -1 : ix; /* -1: the backend's own choice */
+            char msg[512], what[64];
+            for (int r = 0; r < 3; r++) { /* t0, t1, t0 */
+                terr e;
+                tbuf *tt = &t[r & 1];
+                fw_status st = tb_check(tt, "cuda-flash-f32", ci, precs[k], &e, msg, sizeof msg);
+                (*runs)++;
+                snprintf(what, sizeof what, "call %d (input %d)", r + 1, r & 1);
+                if (st != FW_OK) { printf("  %-15s %s: FAIL status %d: %s\n", what, names[ix], (int)st, msg); (*fails)++; break; }
+                if (!tb_pass(tt, precs[k], &e, what, names[ix])) (*fails)++;
+            }
+            /* one graph of both calls; between its two replays input 0's tensors take input 1's values */
+            cudaStream_t s;
+            CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            fw_status st = FW_OK;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < 2 && st == FW_OK; i++) st = tb_run(&t[i], "cuda-flash-f32", ci, precs[k], s, msg, sizeof msg);
+            CK(cudaStreamEndCapture(s, &g));
+            if (st != FW_OK) { printf("  graph capture %s: FAIL status %d: %s\n", names[ix], (int)st, msg); (*fails)++; }
+            else {
+                CK(cudaGraphInstantiate(&ge, g, 0));
+                for (int rep = 0; rep < 2; rep++) {
+                    if (rep == 1) {
+                        const size_t nq = t[0].nq * 4, nkv = t[0].nkv * 4;
+                        CK(cudaMemcpy(t[0].dq, t[1].dq, nq, cudaMemcpyDeviceToDevice));
+                        CK(cudaMemcpy(t[0].dk, t[1].dk, nkv, cudaMemcpyDeviceToDevice));
+                        CK(cudaMemcpy(t[0].dv, t[1].dv, nkv, cudaMemcpyDeviceToDevice));
+                    }
+                    tb_poison(&t[0]);
+                    tb_poison(&t[1]);
+                    CK(cudaGraphLaunch(ge, s));
+                    CK(cudaStreamSynchronize(s));
+                    CK(cudaGetLastError());
+                    for (int i = 0; i < 2; i++) {
+                        terr e;
+                        tbuf *ref = rep == 1 ? &t[1] : &t[i];
+                        void *keep = t[i].href;
+                        float *keep_lse = t[i].hlse_ref;
+                        t[i].href = ref->href; /* input 0 after the copy: input 1's reference */
+                        t[i].hlse_ref = ref->hlse_ref;
+                        tb_compare(&t[i], &e);
+                        t[i].href = keep;
+                        t[i].hlse_ref = keep_lse;
+                        snprintf(what, sizeof what, "graph replay %d out %d", rep + 1, i);
+                        (*runs)++;
+                        if (!tb_pass(&t[i], precs[k], &e, what, names[ix])) (*fails)++;
+                    }
+                }
+                CK(cudaGraphExecDestroy(ge));
+                /* input 0 back */
+                const size_t es = 4;
+                CK(cudaMemcpy(t[0].dq, t[0].hq, t[0].nq * es, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(t[0].dk, t[0].hk, t[0].nkv * es, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(t[0].dv, t[0].hv, t[0].nkv * es, cudaMemcpyHostToDevice));
+            }
+            CK(cudaGraphDestroy(g));
+            CK(cudaStreamDestroy(s));
+        }
+    }
+    /* the streams' scratch given back (as a process would before it lets the device go), then made anew */
+    fw_cuda_ws_cache_release();
+    for (int k = 0; k < 2; k++) {
+        terr e;
+        char msg[512];
+        fw_status st = tb_check(&t[1], "cuda-flash-f32", -1, precs[k], &e, msg, sizeof msg);
+        (*runs)++;
+        if (st != FW_OK) { printf("  after release: FAIL status %d: %s\n", (int)st, msg); (*fails)++; }
+        else if (!tb_pass(&t[1], precs[k], &e, "after release", "default")) (*fails)++;
+    }
+    tb_free(&t[0]);
+    tb_free(&t[1]);
 }
 
 static int run_tests(int small)
@@ -306,6 +420,7 @@ static int run_tests(int small)
     int fails = 0, runs = 0;
     const int n = small ? 1 : (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) check_case(&cases[i], &fails, &runs);
+    check_reuse(small, &fails, &runs);
     printf("gpu_cuda_f32: %d runs, %d failures\n", runs, fails);
     return fails ? 1 : 0;
 }

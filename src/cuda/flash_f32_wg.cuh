@@ -498,7 +498,16 @@ struct ff32_ws_bars {
 };
 
 /* The fused form's tile states in global memory (below): acquire/release at GPU scope, and the fence that orders
- * them with the bulk copies (async proxy) reading the tiles. */
+ * them with the bulk copies (async proxy) reading the tiles. The memory is a stream's cached scratch (fw_cuda_ws_cached)
+ * or zeroed pool memory; a call's `epoch` (>= 1) is new with the same memory, so that flags need no reset: a tile is
+ * split in this call when its flag == epoch. The kv heads' ticket counters come in two sets, the call's (epoch % 2)
+ * and the next call's, which this call zeroes (the last call's: done with it). A counter of tagged epochs, taken by
+ * compare-and-swap, was 5% slower at L = 512 (run dd). */
+struct ff32_ws_sync {
+    int *ctr;  /* 2 x per kv head */
+    int *flag; /* per tile */
+    int epoch, heads;
+};
 __device__ __forceinline__ int ff32_ld_acquire(const int *p)
 {
     int v;
@@ -526,7 +535,7 @@ __device__ __forceinline__ void ff32_fence_proxy_async_global() { asm volatile("
  * without 3xtf32's separate P·V accumulator (see FF32_SHORT_TILES). At L = 512 each block splits 2 of the 8 tiles of
  * every item's head, and a tile's split (~11 µs at 24 registers, ~9 at 56) is what the items wait for. */
 template <bool SPLIT, int LOCAL = 0, bool PERSIST = false, bool SHORT = false>
-__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsigned char *ws, int *sync, int batch)
+__global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsigned char *ws, const ff32_ws_sync sync, int batch)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool FUSED = LOCAL > 0 || PERSIST;
@@ -585,7 +594,8 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
                 const ff32_wg_block blk = item(it);
                 const long long head = (long long)blk.b * hkn + blk.h / a.group;
                 unsigned char *ws_head = ws + head * n_kt * (long long)C::TILE;
-                int *ctr = sync + head * (n_kt + 1), *flag = ctr + 1; /* per kv head: the counter, the tiles' flags */
+                int *ctr = sync.ctr + (sync.epoch & 1) * sync.heads + head;
+                int *flag = sync.flag + head * n_kt;
                 for (;;) {
                     if (ts == 0) *ticket = atomicAdd(ctr, 1) + LOCAL;
                     fwwg::named_sync(1, 96);
@@ -605,7 +615,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
                     ff32_wg_split_v<SPLIT, 96, !SHORT>(raw + 64 * 64, dst + C::W::KST, ts);
                     ff32_fence_proxy_async_global();
                     fwwg::named_sync(1, 96); /* the tile written (and the raw copy read) by all 96 */
-                    if (ts == 0) ff32_st_release(flag + t, 1);
+                    if (ts == 0) ff32_st_release(flag + t, sync.epoch);
                 }
             }
         }
@@ -614,12 +624,12 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
             for (int it = it0; it < n_items; it += it_step) {
                 const ff32_wg_block blk = item(it);
                 const long long head = (long long)blk.b * hkn + blk.h / a.group;
-                const int *flag = FUSED ? sync + head * (n_kt + 1) + 1 + blk.t_begin : nullptr;
+                const int *flag = FUSED ? sync.flag + head * n_kt + blk.t_begin : nullptr;
                 const unsigned char *src = ws + (head * n_kt + blk.t_begin) * (long long)C::TILE;
                 for (int t = 0; t < blk.n_tiles; t++, g++, src += C::TILE) {
                     if (FUSED) {
                         if (g < n_local) continue; /* split in the prologue */
-                        while (!ff32_ld_acquire(flag + t)) __nanosleep(32);
+                        while (ff32_ld_acquire(flag + t) != sync.epoch) __nanosleep(32);
                         ff32_fence_proxy_async_global();
                     }
                     if (g >= 2) fwwg::mbar_wait(bar.k_empty(g & 1), (uint32_t)(((g >> 1) - 1) & 1));
@@ -721,6 +731,12 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
         g += n_tiles;
     }
     if (wgc == 0) fwwg::named_sync(2, 256);
+    if (FUSED) { /* the next call's ticket counters, by the consumers at the end (at the start: 160 bytes more spilled) */
+        const long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
+        const long long lin = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+        int *next = sync.ctr + ((sync.epoch + 1) & 1) * sync.heads;
+        for (long long i = lin * 256 + tid - 128; i < sync.heads; i += nb * 256) next[i] = 0;
+    }
 #else
     (void)a;
     (void)ws;
@@ -741,8 +757,9 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int 
 }
 
 /* A workspace of B·Hk·⌈Lk/64⌉ tiles (64 KB each in 3xtf32, 32 KB in tf32), filled by the pre-pass or, FUSED,
- * by the kernel itself (per kv head a ticket counter and a flag per tile, after the tiles, zeroed here); then the
- * kernel (PERSIST: one block per SM). */
+ * by the kernel itself (per kv head a ticket counter and a flag per tile, after the tiles); then the kernel (PERSIST:
+ * one block per SM). The workspace is the stream's cached scratch where it may be (no allocation, memset or free per
+ * call: 8 µs less host time a call), else from the pool, its counters and flags zeroed here, epoch 1. */
 template <bool SPLIT, int LOCAL = 0, bool PERSIST = false, bool SHORT = false>
 static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
 {
@@ -751,7 +768,8 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
     constexpr bool FUSED = LOCAL > 0 || PERSIST;
     typedef ff32_ps_cfg<SPLIT, FUSED> C;
     const int hkn = a->H / a->group, n_kt = (a->Lk + 63) / 64;
-    const size_t tiles = (size_t)batch * hkn * n_kt, sync_bytes = FUSED ? (tiles + (size_t)batch * hkn) * sizeof(int) : 0;
+    const size_t tiles = (size_t)batch * hkn * n_kt, heads = (size_t)batch * hkn;
+    const size_t sync_bytes = FUSED ? (2 * heads + tiles) * sizeof(int) : 0;
     const size_t bytes = tiles * C::TILE + sync_bytes;
     cudaError_t e = FUSED ? cudaSuccess : fw_cuda_smem_limit<ff32_presplit_kernel<SPLIT>>(C::PRE_SMEM);
     const size_t smem = PERSIST ? C::SMEM_PERSIST : C::SMEM;
@@ -773,13 +791,20 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
         grid = dim3((unsigned)blocks, 1, 1);
     }
     void *ws = NULL;
-    int *sync = NULL;
-    if (tiles) {
-        e = fw_cuda_ws_alloc(&ws, bytes, s);
+    bool cached = false;
+    ff32_ws_sync sync{nullptr, nullptr, 1, 0}; /* no counters: the kernel resets none */
+    if (tiles && grid.x > 0) {
+        unsigned epoch = 1;
+        e = fw_cuda_ws_cached(&ws, bytes, FUSED ? tiles * C::TILE : bytes, (unsigned long long)heads << 32 | tiles, s, &epoch);
+        cached = e == cudaSuccess;
+        if (!cached) e = fw_cuda_ws_alloc(&ws, bytes, s);
         if (e != cudaSuccess) return e;
-        if (FUSED) {
-            sync = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(ws) + tiles * C::TILE);
-            e = cudaMemsetAsync(sync, 0, sync_bytes, s);
+        if (FUSED) { /* the counters, then the flags */
+            sync.ctr = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(ws) + tiles * C::TILE);
+            sync.flag = sync.ctr + 2 * heads;
+            sync.epoch = (int)epoch;
+            sync.heads = (int)heads;
+            if (!cached) e = cudaMemsetAsync(sync.ctr, 0, sync_bytes, s);
         } else {
             ff32_presplit_kernel<SPLIT><<<dim3((unsigned)n_kt, (unsigned)hkn, (unsigned)batch), 256, C::PRE_SMEM, s>>>(
                 *a, reinterpret_cast<unsigned char *>(ws));
@@ -790,7 +815,9 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
         ff32_ws_kernel<SPLIT, LOCAL, PERSIST, SHORT><<<grid, 384, smem, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync, batch);
         e = cudaGetLastError();
     }
-    const cudaError_t f = ws ? fw_cuda_ws_free(ws, bytes, s) : cudaSuccess;
+    cudaError_t f = cudaSuccess;
+    if (cached) fw_cuda_ws_cached_end(bytes, e == cudaSuccess);
+    else if (ws) f = fw_cuda_ws_free(ws, bytes, s);
     return e != cudaSuccess ? e : f;
 }
 
