@@ -162,7 +162,11 @@ extern "C" cudaError_t fw_cuda_ws_cached(void **ptr, size_t bytes, size_t flags_
         if (sl->ptr) { /* earlier work on this stream is ordered before the free */
             e = cudaFreeAsync(sl->ptr, stream);
             sl->ptr = NULL;
-            if (e != cudaSuccess) return e;
+            if (e != cudaSuccess) {
+                memset(sl, 0, sizeof *sl);
+                cudaGetLastError(); /* the caller falls back to fw_cuda_ws_alloc */
+                return e;
+            }
         }
         const size_t want = bytes > sl->bytes ? bytes : sl->bytes;
         e = cudaMallocFromPoolAsync(&sl->ptr, want, pool, stream);
