@@ -152,7 +152,7 @@ extern "C" cudaError_t fw_cuda_ws_cached(void **ptr, size_t bytes, size_t flags_
     for (int i = 0; i < FW_WS_CACHE_SLOTS && !sl; i++) {
         fw_ws_slot *c = &fw_ws_slots[i];
         if (c->ptr && c->dev == dev && c->stream_id == sid) sl = c;
-        else if (!c->ptr ? lru->ptr != NULL : (lru->ptr && c->used < lru->used)) lru = c;
+        else if (c->used < lru->used) lru = c; /* an empty slot's is 0: taken first */
     }
     if (!sl) {
         sl = lru;
