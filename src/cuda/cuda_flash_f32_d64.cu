@@ -23,6 +23,7 @@ static const ff32_cfg_info tc_cfgs[] = {
     {"bm128-bn32-w4", 128, 32, 4, 0, 0},
     {"bm64-bn64-w4", 64, 64, 4, 0, 0},
     {"bm64-bn32-w4", 64, 32, 4, 0, 0},
+    {"wg1-bm64-bn64", 64, 64, 4, 1, 0}, /* one warpgroup a block, two blocks an SM */
 };
 
 int ff32_configs_d64(int variant, const ff32_cfg_info **table)
@@ -59,6 +60,7 @@ cudaError_t ff32_launch_d64(int variant, int cfg, const ff32_args *a, int batch,
     case 6: return split ? ff32_launch_tc<64, 32, 2, true>(a, batch, s) : ff32_launch_tc<64, 32, 2, false>(a, batch, s);
     case 7: return split ? ff32_launch_tc<64, 64, 1, true>(a, batch, s) : ff32_launch_tc<64, 64, 1, false>(a, batch, s);
     case 8: return split ? ff32_launch_tc<64, 32, 1, true>(a, batch, s) : ff32_launch_tc<64, 32, 1, false>(a, batch, s);
+    case 9: return split ? ff32_launch_wg1<true>(a, batch, s) : ff32_launch_wg1<false>(a, batch, s);
     default: return cudaErrorInvalidValue;
     }
 }

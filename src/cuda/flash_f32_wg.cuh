@@ -426,6 +426,145 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
 #endif
 }
 
+/* ---- one warpgroup a block, two blocks an SM; the keys split across blocks when the blocks are few --------------
+ * ff32_wg_kernel's blocks take a whole SM (224 KB, 255 registers x 256 threads), so at L = 256 the second wave's copies
+ * all start when the first wave ends, and within a block the copies of Q and the first tiles precede every product.
+ * Here a block is one warpgroup of 64 query rows with single-buffered stages (raw K/V, split K, split Vᵀ: 97 KB in
+ * 3xtf32), two blocks an SM: one block's copies, splits and softmax run under the other's products. Per tile: split K
+ * (while P(i-1)·V(i-1) runs), wait for it, split Vᵀ, copy the next raw tile, S = Q Kᵀ, softmax, P·V issued.
+ * Where even 64-row blocks would leave SMs idle (B = 1: 8 heads of L = 512 are 64 blocks on 132 SMs), each query
+ * block's key tiles are cut into `n` ranges, one block each (FlashAttention's split-KV): a block writes its O (not yet
+ * divided by the sum), its rows' maxima and sums to `part`, takes a ticket from the query block's counter, and the
+ * last to arrive merges the others' into its own, sets the counter back to 0 for the next call, and stores. */
+template <bool SPLIT> struct ff32_wg1_cfg {
+    static constexpr int BM = 64, BN = 64, DB = 64, NT = 128;
+    static constexpr uint32_t RAW = 2 * BN * DB * 4;        /* raw K and V */
+    static constexpr uint32_t KST = (SPLIT ? 2 : 1) * BN * DB * 4, VST = KST;
+    static constexpr int QST = DB + 4;                       /* Q staging row stride (floats), in the split-Vᵀ area */
+    static constexpr uint32_t QB = BM * QST * 4, VAREA = VST > QB ? VST : QB;
+    static constexpr uint32_t OFF_K = RAW, OFF_V = OFF_K + KST;
+    static constexpr size_t SMEM = (size_t)OFF_V + VAREA + 1024; /* + alignment of the base to 1024 */
+    static constexpr int PART_F4 = 9 * NT; /* a block's partial: O as 8 float4 a thread, then (m0, m1, l0, l1) */
+};
+struct ff32_kv_split {
+    float4 *part; /* [query block][range] ff32_wg1_cfg::PART_F4 */
+    int *ctr;     /* [query block]: ranges done; 0 between calls */
+    int n;        /* key ranges a query block: 1, no split */
+};
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, const ff32_kv_split ks)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef ff32_wg1_cfg<SPLIT> C;
+    constexpr int BM = C::BM, BN = C::BN, NT = C::NT;
+    extern __shared__ __align__(16) unsigned char ff32_wg_smem[];
+    unsigned char *base = ff32_wg_base(ff32_wg_smem);
+    float *raw = reinterpret_cast<float *>(base);
+    unsigned char *sK = base + C::OFF_K, *sV = base + C::OFF_V;
+    const uint64_t s_desc = fwwg::sw128_desc((uint32_t)__cvta_generic_to_shared(sK), 16, 1024);
+    const uint64_t v_desc = fwwg::sw128_desc((uint32_t)__cvta_generic_to_shared(sV), 16, 1024);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int range = blockIdx.z % ks.n, mblk = gridDim.x - 1 - blockIdx.x;
+    ff32_wg_block blk;
+    blk.init_at(a, BM, BN, mblk, blockIdx.y, blockIdx.z / ks.n);
+    if (ks.n > 1) { /* this block's share of the query block's key tiles */
+        const int per = (blk.n_tiles + ks.n - 1) / ks.n, t0 = min(range * per, blk.n_tiles);
+        blk.t_begin += t0;
+        blk.n_tiles = min(per, blk.n_tiles - t0);
+        blk.t_end = blk.t_begin + blk.n_tiles;
+    }
+    const int n_tiles = blk.n_tiles;
+
+    float *Qs = reinterpret_cast<float *>(sV); /* Q through the split-Vᵀ area, before tile 0's split */
+    ff32_load_tile<BM, 64, C::QST, NT>(Qs, blk.qp, a.qs[2], blk.rows, a.D, a.vec16, tid);
+    ff32_commit();
+    if (n_tiles > 0) blk.load_raw<NT>(a, raw, 0, tid);
+    ff32_commit();
+    ff32_wait<1>();
+    __syncthreads(); /* Q landed */
+    ff32_wg_rows<SPLIT> w;
+    w.init(warp * 16, lane);
+    w.load_q(Qs, C::QST, BM, 64, a.scale_log2);
+    for (int i = 0; i < n_tiles; i++) {
+        ff32_wait<0>();
+        __syncthreads(); /* raw tile i landed; S(i-1) retired in every warp (Q's staging read, at i = 0) */
+        ff32_wg_split_k<SPLIT, NT>(raw, sK, tid);
+        fwwg::wgmma_wait<0>(); /* P(i-1)·V(i-1) retired: O may be rescaled, Vᵀ rewritten */
+        fwwg::wgmma_reg_fence(w.o);
+        __syncthreads();
+        ff32_wg_split_v<SPLIT, NT>(raw + 64 * 64, sV, tid);
+        fwwg::fence_proxy_async();
+        __syncthreads(); /* split tile i visible to the tensor cores; the raw stage free */
+        if (i + 1 < n_tiles) blk.load_raw<NT>(a, raw, i + 1, tid);
+        ff32_commit();
+        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc, 0);
+        fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.s);
+        float alpha[2];
+        w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
+        w.rescale_and_take_p(alpha);
+        if constexpr (!SPLIT) { /* a use of Q's fragments that ptxas sees: without it, ptxas 13.0 gave P the registers of
+                                  * Q in tf32 (wrong from the second tile on) */
+            uint32_t x = 0;
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) x ^= w.qb[kk][0] ^ w.qb[kk][1] ^ w.qb[kk][2] ^ w.qb[kk][3];
+            if (x == 0x7fffffffu && a.D < 0) a.o[0] = 0.0f; /* never: D > 0 */
+        }
+        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc, 1); /* runs under the next tile's copy wait and K split */
+    }
+    fwwg::wgmma_wait<0>();
+    fwwg::wgmma_reg_fence(w.o);
+    ff32_wait<0>();
+    if (ks.n > 1) {
+        const long long qi = ((long long)blk.b * a.H + blk.h) * gridDim.x + mblk;
+        float4 *mine = ks.part + (qi * ks.n + range) * C::PART_F4 + tid;
+#pragma unroll
+        for (int j = 0; j < 8; j++) mine[j * NT] = make_float4(w.o[j][0], w.o[j][1], w.o[j][2], w.o[j][3]);
+        mine[8 * NT] = make_float4(w.m[0], w.m[1], w.l[0], w.l[1]);
+        __threadfence();
+        __syncthreads(); /* every thread's partial written (and the raw stage, used for the ticket, read) */
+        int *last = reinterpret_cast<int *>(raw);
+        if (tid == 0) {
+            const int done = atomicAdd(&ks.ctr[qi], 1) + 1;
+            *last = done == ks.n;
+            if (done == ks.n) ks.ctr[qi] = 0; /* every range has counted: the next call starts from 0 */
+        }
+        __syncthreads();
+        if (!*last) return;
+        __threadfence();
+        for (int r = 0; r < ks.n; r++) {
+            if (r == range) continue;
+            const float4 *other = ks.part + (qi * ks.n + r) * C::PART_F4 + tid;
+            const float4 ml = __ldcg(other + 8 * NT);
+            float sa[2], sb[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const float mo = rr ? ml.y : ml.x, lo = rr ? ml.w : ml.z, mx = fmaxf(w.m[rr], mo);
+                const float mu = mx == -INFINITY ? 0.0f : mx;
+                sa[rr] = ff32_exp2(w.m[rr] - mu);
+                sb[rr] = ff32_exp2(mo - mu);
+                w.l[rr] = w.l[rr] * sa[rr] + lo * sb[rr];
+                w.m[rr] = mx;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 x = __ldcg(other + j * NT);
+                w.o[j][0] = w.o[j][0] * sa[0] + x.x * sb[0];
+                w.o[j][1] = w.o[j][1] * sa[0] + x.y * sb[0];
+                w.o[j][2] = w.o[j][2] * sa[1] + x.z * sb[1];
+                w.o[j][3] = w.o[j][3] * sa[1] + x.w * sb[1];
+            }
+        }
+    }
+    w.store(a, blk.m0, blk.rows, blk.b, blk.h);
+#else
+    (void)a;
+    (void)ks;
+    __trap(); /* sm_90a only: cuda_flash_f32.cu never launches it elsewhere */
+#endif
+}
+
 /* ---- split once per head, then a warp-specialised kernel -----------------------------------------------
  * Splitting every K/V tile in every query block repeats the work L/128 times, and a producer warpgroup doing it
  * per block was the bottleneck (runs af-ah of docs/PERF-gpu-f32.md: 0.55 of 1.76 ms at L = 2048). So a pre-pass
@@ -744,6 +883,62 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
     (void)batch;
     __trap(); /* sm_90a only */
 #endif
+}
+
+/* Key ranges a query block for ff32_wg1_kernel: where its 64-row blocks are fewer than the SMs, enough ranges for about
+ * two blocks an SM, each of at least 4 key tiles (B = 1, 3xtf32, H100: L = 512 2 ranges 0.0160 ms, 4 ranges 0.0159,
+ * none 0.0212; L = 1024 2 ranges 0.0338, 4 0.0388, none 0.0397; L = 128 2 ranges of a tile 0.0091, none 0.0073:
+ * docs/PERF-gpu-f32.md "Run 9"). FW_F32_KV_SPLITS=n forces n (at most one a tile): tests and experiments. */
+static int ff32_wg1_ranges(long long blocks, int n_kt)
+{
+    int n = 1, dev = 0;
+    fw_cuda_device_info di;
+    const char *force = getenv("FW_F32_KV_SPLITS");
+    if (force && atoi(force) > 0) n = atoi(force);
+    else if (cudaGetDevice(&dev) == cudaSuccess && fw_cuda_device_facts(dev, &di) && blocks > 0 && blocks < di.sm_count) {
+        n = (int)((2LL * di.sm_count) / blocks);
+        if (n > n_kt / 4) n = n_kt / 4;
+    }
+    if (n > 8) n = 8;
+    if (n > n_kt) n = n_kt;
+    return n < 1 ? 1 : n;
+}
+
+template <bool SPLIT> static cudaError_t ff32_launch_wg1(const ff32_args *a, int batch, cudaStream_t s)
+{
+    typedef ff32_wg1_cfg<SPLIT> C;
+    cudaError_t e = fw_cuda_smem_limit<ff32_wg1_kernel<SPLIT>>(C::SMEM);
+    if (e != cudaSuccess) return e;
+    const long long nqb = (a->Lq + C::BM - 1) / C::BM, blocks = nqb * a->H * batch;
+    const int n_kt = (a->Lk + C::BN - 1) / C::BN;
+    ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt)};
+    if ((long long)batch * ks.n > 65535) ks.n = 1; /* the grid's z */
+    void *ws = NULL;
+    bool cached = false;
+    size_t bytes = 0;
+    if (ks.n > 1) {
+        const size_t part = (size_t)blocks * ks.n * C::PART_F4 * sizeof(float4);
+        bytes = part + (size_t)blocks * sizeof(int);
+        unsigned epoch = 1;
+        e = fw_cuda_ws_cached(&ws, bytes, part, 1ULL << 63 | (unsigned long long)blocks << 8 | (unsigned)ks.n, s, &epoch);
+        cached = e == cudaSuccess;
+        if (!cached) {
+            e = fw_cuda_ws_alloc(&ws, bytes, s);
+            if (e != cudaSuccess) return e;
+            e = cudaMemsetAsync(reinterpret_cast<unsigned char *>(ws) + part, 0, bytes - part, s);
+        }
+        ks.part = reinterpret_cast<float4 *>(ws);
+        ks.ctr = reinterpret_cast<int *>(reinterpret_cast<unsigned char *>(ws) + part);
+    }
+    if (e == cudaSuccess && blocks > 0) {
+        dim3 grid((unsigned)nqb, (unsigned)a->H, (unsigned)(batch * ks.n));
+        ff32_wg1_kernel<SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a, ks);
+        e = cudaGetLastError();
+    }
+    cudaError_t f = cudaSuccess;
+    if (cached) fw_cuda_ws_cached_end(bytes, e == cudaSuccess);
+    else if (ws) f = fw_cuda_ws_free(ws, bytes, s);
+    return e != cudaSuccess ? e : f;
 }
 
 template <bool SPLIT> static cudaError_t ff32_launch_wg(const ff32_args *a, int batch, cudaStream_t s)
