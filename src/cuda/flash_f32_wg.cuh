@@ -504,14 +504,15 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
         float alpha[2];
         w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
         w.rescale_and_take_p(alpha);
+        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc, 1); /* runs under the next tile's copy wait and K split */
         if constexpr (!SPLIT) { /* a use of Q's fragments that ptxas sees: without it, ptxas 13.0 gave P the registers of
-                                  * Q in tf32 (wrong from the second tile on) */
+                                  * Q in tf32 (wrong from the second tile on); after the P·V issue, not before it, where
+                                  * ptxas injected warpgroup.arrive into the products (info C7519) */
             uint32_t x = 0;
 #pragma unroll
             for (int kk = 0; kk < 8; kk++) x ^= w.qb[kk][0] ^ w.qb[kk][1] ^ w.qb[kk][2] ^ w.qb[kk][3];
             if (x == 0x7fffffffu && a.D < 0) a.o[0] = 0.0f; /* never: D > 0 */
         }
-        ff32_wg_gemm<SPLIT>(w.o, w.pb, w.ps, v_desc, 1); /* runs under the next tile's copy wait and K split */
     }
     fwwg::wgmma_wait<0>();
     fwwg::wgmma_reg_fence(w.o);
