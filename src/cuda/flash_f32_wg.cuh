@@ -431,7 +431,9 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
  * all start when the first wave ends, and within a block the copies of Q and the first tiles precede every product.
  * Here a block is one warpgroup of 64 query rows with single-buffered stages (raw K/V, split K, split Vᵀ: 97 KB in
  * 3xtf32), two blocks an SM: one block's copies, splits and softmax run under the other's products. Per tile: split K
- * (while P(i-1)·V(i-1) runs), wait for it, split Vᵀ, copy the next raw tile, S = Q Kᵀ, softmax, P·V issued.
+ * (while P(i-1)·V(i-1) runs), wait for it, S = Q Kᵀ issued, split Vᵀ under it, copy the next raw tile, softmax, P·V
+ * issued. (S(i) cannot start before P(i-1)·V(i-1) retires: P's registers are S's accumulator, and issuing it earlier
+ * made ptxas serialise the products, info C7514.)
  * Where even 64-row blocks would leave SMs idle (B = 1: 8 heads of L = 512 are 64 blocks on 132 SMs), each query
  * block's key tiles are cut into `n` ranges, one block each (FlashAttention's split-KV): a block writes its O (not yet
  * divided by the sum), its rows' maxima and sums to `part`, takes a ticket from the query block's counter, and the
@@ -490,16 +492,17 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
         ff32_wait<0>();
         __syncthreads(); /* raw tile i landed; S(i-1) retired in every warp (Q's staging read, at i = 0) */
         ff32_wg_split_k<SPLIT, NT>(raw, sK, tid);
-        fwwg::wgmma_wait<0>(); /* P(i-1)·V(i-1) retired: O may be rescaled, Vᵀ rewritten */
-        fwwg::wgmma_reg_fence(w.o);
-        __syncthreads();
+        fwwg::fence_proxy_async();
+        fwwg::wgmma_wait<0>(); /* P(i-1)·V(i-1) retired (P's registers are S's: S(i) may not start before) */
+        __syncthreads(); /* split K(i) visible to the tensor cores; every warp's P(i-1)·V(i-1) retired: Vᵀ free */
+        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc, 0); /* S(i) runs under Vᵀ(i)'s split */
         ff32_wg_split_v<SPLIT, NT>(raw + 64 * 64, sV, tid);
         fwwg::fence_proxy_async();
-        __syncthreads(); /* split tile i visible to the tensor cores; the raw stage free */
+        __syncthreads(); /* split Vᵀ(i) visible to the tensor cores; the raw stage free */
         if (i + 1 < n_tiles) blk.load_raw<NT>(a, raw, i + 1, tid);
         ff32_commit();
-        ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc, 0);
         fwwg::wgmma_wait<0>();
+        fwwg::wgmma_reg_fence(w.o);
         fwwg::wgmma_reg_fence(w.s);
         float alpha[2];
         w.softmax(a, blk.m0, blk.n0(i, BN), blk.edge(i, BN), alpha);
