@@ -4,16 +4,11 @@
  * with the CUDA backends; or on the GPU machine: nvcc -O2 -o /tmp/launch_overhead bench/launch_overhead.cu. What it
  * showed (H100, docs/PERF-gpu-f32.md "Run 8"): 6-7 µs a call for the kernel alone, +4-5 with the memset, +8 with
  * allocation, memset and free; so fw_cuda_ws_cached. */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <time.h>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "cuda_bench.h"
 
 __global__ void empty_kernel(int *p) { if (p && threadIdx.x == 1024) p[0] = 1; }
 
-static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 static double now_us(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec * 1e-3; }
 
 int main(void)
@@ -67,17 +62,8 @@ int main(void)
         }
         CK(cudaStreamEndCapture(st, &graph));
         CK(cudaGraphInstantiate(&exec, graph, 0));
-        float ms[R];
-        for (int r = -5; r < R; r++) {
-            CK(cudaEventRecord(e0, st));
-            CK(cudaGraphLaunch(exec, st));
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            if (r >= 0) CK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        qsort(ms, R, sizeof ms[0], cmpf);
         printf("graph of %d empty kernels, %3u blocks of 128%s: %6.2f us a kernel (median of %d replays)\n", K, grids[g],
-               g == 3 ? ", each after a memset" : "", ms[R / 2] * 1e3 / K, R);
+               g == 3 ? ", each after a memset" : "", graph_median_ms(exec, st, 5, R) * 1e3 / K, R);
         CK(cudaGraphExecDestroy(exec));
         CK(cudaGraphDestroy(graph));
     }

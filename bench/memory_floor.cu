@@ -5,11 +5,7 @@
  * An attention kernel at these shapes cannot be faster than this floor; docs/PERF-gpu-f32.md "Run 9" sets it beside the
  * 3xtf32 kernels and a 3x target. Built as `memory_floor` with the CUDA backends; or on the GPU machine:
  * nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o /tmp/memory_floor bench/memory_floor.cu */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "cuda_bench.h"
 
 /* n4 float4 per tensor; each thread 4 float4 of each input in flight */
 __global__ void __launch_bounds__(256) qkv_sum(const float4 *q, const float4 *k, const float4 *v, float4 *o, long long n4)
@@ -28,8 +24,6 @@ __global__ void __launch_bounds__(256) qkv_sum(const float4 *q, const float4 *k,
                                              a[u].w + b[u].w + c[u].w));
     }
 }
-
-static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 
 int main(void)
 {
@@ -79,16 +73,7 @@ int main(void)
         CK(cudaStreamEndCapture(st, &graph));
         CK(cudaGetLastError());
         CK(cudaGraphInstantiate(&exec, graph, 0));
-        float ms[R];
-        for (int r = -3; r < R; r++) {
-            CK(cudaEventRecord(e0, st));
-            CK(cudaGraphLaunch(exec, st));
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            if (r >= 0) CK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        qsort(ms, R, sizeof ms[0], cmpf);
-        const double us = ms[R / 2] * 1e3 / G, mb = 4.0 * n * sizeof(float) / 1e6;
+        const double us = graph_median_ms(exec, st, 3, R) * 1e3 / G, mb = 4.0 * n * sizeof(float) / 1e6;
         printf("B=%-2d H=%d L=%-4d D=%d: read Q,K,V + write O (%.1f MB) %.2f us a call in a graph (%.2f TB/s), %u blocks\n",
                shapes[s].B, shapes[s].H, shapes[s].L, shapes[s].D, mb, us, mb / us, blocks);
         CK(cudaGraphExecDestroy(exec));
