@@ -278,6 +278,37 @@ template <bool SPLIT, bool FRESH_PV = false> struct ff32_wg_rows {
             ff32_wg_split<SPLIT>(s[j][3], pb[j][3], ps[j][3]);
         }
     }
+    /* Split-KV: this thread's O (not yet divided by the sums), row maxima and sums as 9 float4, at p[0], p[NT], ...
+     * (the same thread of another key range holds the same rows and columns) */
+    template <int NT> __device__ __forceinline__ void save_partial(float4 *p) const
+    {
+#pragma unroll
+        for (int j = 0; j < 8; j++) p[j * NT] = make_float4(o[j][0], o[j][1], o[j][2], o[j][3]);
+        p[8 * NT] = make_float4(m[0], m[1], l[0], l[1]);
+    }
+    /* ... and another range's, merged into this one's: both rescaled to the larger maximum, as softmax() rescales O */
+    template <int NT> __device__ __forceinline__ void merge_partial(const float4 *p)
+    {
+        const float4 ml = __ldcg(p + 8 * NT);
+        float sa[2], sb[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const float mo = rr ? ml.y : ml.x, lo = rr ? ml.w : ml.z, mx = fmaxf(m[rr], mo);
+            const float mu = mx == -INFINITY ? 0.0f : mx;
+            sa[rr] = ff32_exp2(m[rr] - mu);
+            sb[rr] = ff32_exp2(mo - mu);
+            l[rr] = l[rr] * sa[rr] + lo * sb[rr];
+            m[rr] = mx;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float4 x = __ldcg(p + j * NT);
+            o[j][0] = o[j][0] * sa[0] + x.x * sb[0];
+            o[j][1] = o[j][1] * sa[0] + x.y * sb[0];
+            o[j][2] = o[j][2] * sa[1] + x.z * sb[1];
+            o[j][3] = o[j][3] * sa[1] + x.w * sb[1];
+        }
+    }
     /* Normalise and write O (rows < rows, columns < D) and the LSE. */
     __device__ __forceinline__ void store(const ff32_args &a, int m0, int rows, int b, int h)
     {
@@ -522,10 +553,7 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
     ff32_wait<0>();
     if (ks.n > 1) {
         const long long qi = ((long long)blk.b * a.H + blk.h) * gridDim.x + mblk;
-        float4 *mine = ks.part + (qi * ks.n + range) * C::PART_F4 + tid;
-#pragma unroll
-        for (int j = 0; j < 8; j++) mine[j * NT] = make_float4(w.o[j][0], w.o[j][1], w.o[j][2], w.o[j][3]);
-        mine[8 * NT] = make_float4(w.m[0], w.m[1], w.l[0], w.l[1]);
+        w.save_partial<NT>(ks.part + (qi * ks.n + range) * C::PART_F4 + tid);
         __threadfence();
         __syncthreads(); /* every thread's partial written (and the raw stage, used for the ticket, read) */
         int *last = reinterpret_cast<int *>(raw);
@@ -537,29 +565,8 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
         __syncthreads();
         if (!*last) return;
         __threadfence();
-        for (int r = 0; r < ks.n; r++) {
-            if (r == range) continue;
-            const float4 *other = ks.part + (qi * ks.n + r) * C::PART_F4 + tid;
-            const float4 ml = __ldcg(other + 8 * NT);
-            float sa[2], sb[2];
-#pragma unroll
-            for (int rr = 0; rr < 2; rr++) {
-                const float mo = rr ? ml.y : ml.x, lo = rr ? ml.w : ml.z, mx = fmaxf(w.m[rr], mo);
-                const float mu = mx == -INFINITY ? 0.0f : mx;
-                sa[rr] = ff32_exp2(w.m[rr] - mu);
-                sb[rr] = ff32_exp2(mo - mu);
-                w.l[rr] = w.l[rr] * sa[rr] + lo * sb[rr];
-                w.m[rr] = mx;
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 x = __ldcg(other + j * NT);
-                w.o[j][0] = w.o[j][0] * sa[0] + x.x * sb[0];
-                w.o[j][1] = w.o[j][1] * sa[0] + x.y * sb[0];
-                w.o[j][2] = w.o[j][2] * sa[1] + x.z * sb[1];
-                w.o[j][3] = w.o[j][3] * sa[1] + x.w * sb[1];
-            }
-        }
+        for (int r = 0; r < ks.n; r++)
+            if (r != range) w.merge_partial<NT>(ks.part + (qi * ks.n + r) * C::PART_F4 + tid);
     }
     w.store(a, blk.m0, blk.rows, blk.b, blk.h);
 #else
