@@ -85,8 +85,8 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     const int cnt = ff32_table(p->head_dim, variant, &t);
     int ci = 0; /* the first that runs here; or found by its name (with or without the precision prefix) or tile shape */
     while (ci + 1 < cnt && !ff32_cfg_runs(&t[ci], p->device.index)) ci++;
-    /* The wgmma kernels (entries 0-4 and 9 of the head-dim-64 table, docs/PERF-gpu-f32.md "Run 4" to "Run 9"): at most
-     * two key tiles, or a problem whose 128-row blocks would not fill the SMs and keys of at most 16 tiles (its 3xtf32 P·V
+    /* The wgmma kernels (entries 0-4 and 9 of the head-dim-64 table, docs/PERF-gpu-f32.md "Run 4" to "Run 10"): at most
+     * four key tiles (two until Run 10: at L = 256 `wg1` caught up with `wg` when it began staging its first tile), or a problem whose 128-row blocks would not fill the SMs and keys of at most 16 tiles (its 3xtf32 P·V
      * accumulates in O: 7.6e-6 at 16 tiles, see FF32_SHORT_TILES), the one-warpgroup kernel with split-KV (entry 9, "wg1": Run 9, 3xtf32 7-30% faster at
      * L = 128 and B = 1); short keys, the in-block split (entry 1: 20-25% faster at L <= 256); fewer than n_kt/2 query blocks per kv head to share
      * the split (Lk much longer than Lq), the pre-pass kernel (entry 2); no mask and at most 8 rounds of query blocks
@@ -103,7 +103,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
         if (!strcmp(t[i].name, "wg1-bm64-bn64")) wg1 = i;
     if (t[ci].sm90a && ci + 3 < cnt && t[ci + 3].sm90a) {
         const long long n_kt = (p->seqlen_k + t[ci].block_n - 1) / t[ci].block_n;
-        if (wg1 >= 0 && (p->seqlen_k <= 128 || (sms > 0 && blocks < sms && p->seqlen_k <= 1024))) ci = wg1;
+        if (wg1 >= 0 && (p->seqlen_k <= 256 || (sms > 0 && blocks < sms && p->seqlen_k <= 1024))) ci = wg1;
         else if (p->seqlen_k <= 256) ci += 1;
         else if (2 * qblocks * p->group < n_kt) ci += 2;
         else if (!p->has_window && sms > 0 && blocks <= 8LL * sms)

@@ -67,7 +67,7 @@ __device__ __forceinline__ uint32_t ff32_wg_sw(int r, int c)
 template <bool SPLIT, int NT, bool NARROW = (NT < 128)>
 __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *sk, int tid)
 {
-#pragma unroll(NARROW ? 1 : 2)
+#pragma unroll(NARROW ? 1 : NT == 128 ? 8 : 2)
     for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
         const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
         if (1024 % NT && idx >= 1024) break;
@@ -360,12 +360,22 @@ struct ff32_wg_block : ff32_block {
     {
         return n0(i, BN) < bd.lo_max || n0(i, BN) + BN > bd.hi_min;
     }
-    /* raw K and V of key tile i (by NT threads) */
-    template <int NT> __device__ __forceinline__ void load_raw(const ff32_args &a, float *dst, int i, int tid) const
+    /* raw K (V) of key tile i (by NT threads) */
+    template <int NT> __device__ __forceinline__ void load_raw_k(const ff32_args &a, float *dst, int i, int tid) const
     {
         const int n = n0(i, 64);
         ff32_load_tile<64, 64, 64, NT, true>(dst, kp + (long long)n * a.ks[2], a.ks[2], a.Lk - n, a.D, a.vec16, tid);
-        ff32_load_tile<64, 64, 64, NT, true>(dst + 64 * 64, vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D, a.vec16, tid);
+    }
+    template <int NT> __device__ __forceinline__ void load_raw_v(const ff32_args &a, float *dst, int i, int tid) const
+    {
+        const int n = n0(i, 64);
+        ff32_load_tile<64, 64, 64, NT, true>(dst, vp + (long long)n * a.vs[2], a.vs[2], a.Lk - n, a.D, a.vec16, tid);
+    }
+    /* both, V at dst + 64 x 64 */
+    template <int NT> __device__ __forceinline__ void load_raw(const ff32_args &a, float *dst, int i, int tid) const
+    {
+        load_raw_k<NT>(a, dst, i, tid);
+        load_raw_v<NT>(a, dst + 64 * 64, i, tid);
     }
 };
 
@@ -483,6 +493,7 @@ struct ff32_kv_split {
     float4 *part; /* [query block][range] ff32_wg1_cfg::PART_F4 */
     int *ctr;     /* [query block]: ranges done; 0 between calls */
     int n;        /* key ranges a query block: 1, no split */
+    int stage0;   /* tile 0's K, Q and V waited for one by one (blocks enough to fill the SMs: see the kernel) */
 };
 
 template <bool SPLIT>
@@ -509,24 +520,48 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
     }
     const int n_tiles = blk.n_tiles;
 
+    /* Tile 0's K, Q, tile 0's V: three copy groups. ks.stage0 (the blocks fill the SMs and all copy at once: at seed
+     * L = 128 Q landed 3.5 us into a block and tile 0 1.2 us after it, run fa of docs/PERF-gpu-f32.md): K(0) is split
+     * while Q lands and S(0) runs while V(0) lands (3xtf32 seed L = 128 -6%, run fb). Else (few blocks: the copies are
+     * quick) K(0) and Q are waited for together, V(0) once Q is in registers: the staged form's extra waits and barriers
+     * cost 4% at B = 1, L = 128. Later tiles: one group, K and V. */
+    const bool stage0 = ks.stage0 != 0;
     float *Qs = reinterpret_cast<float *>(sV); /* Q through the split-Vᵀ area, before tile 0's split */
+    if (n_tiles > 0) blk.load_raw_k<NT>(a, raw, 0, tid);
+    ff32_commit();
     ff32_load_tile<BM, 64, C::QST, NT>(Qs, blk.qp, a.qs[2], blk.rows, a.D, a.vec16, tid);
     ff32_commit();
-    if (n_tiles > 0) blk.load_raw<NT>(a, raw, 0, tid);
+    if (n_tiles > 0) blk.load_raw_v<NT>(a, raw + 64 * 64, 0, tid);
     ff32_commit();
-    ff32_wait<1>();
-    __syncthreads(); /* Q landed */
     ff32_wg_rows<SPLIT> w;
     w.init(warp * 16, lane);
-    w.load_q(Qs, C::QST, BM, 64, a.scale_log2);
     for (int i = 0; i < n_tiles; i++) {
-        ff32_wait<0>();
-        __syncthreads(); /* raw tile i landed; S(i-1) retired in every warp (Q's staging read, at i = 0) */
+        if (i == 0 && stage0) {
+            ff32_wait<2>(); /* K(0) */
+        } else if (i == 0) {
+            ff32_wait<1>(); /* K(0) and Q: Q into registers while V(0) lands */
+            __syncthreads();
+            w.load_q(Qs, C::QST, BM, 64, a.scale_log2);
+            ff32_wait<0>();
+        } else {
+            ff32_wait<0>();
+        }
+        __syncthreads(); /* raw K(i) landed (and V(i), unless i = 0 and staged); S(i-1) retired in every warp */
         ff32_wg_split_k<SPLIT, NT>(raw, sK, tid);
         fwwg::fence_proxy_async();
+        if (i == 0 && stage0) {
+            ff32_wait<1>();
+            __syncthreads(); /* Q landed */
+            w.load_q(Qs, C::QST, BM, 64, a.scale_log2);
+        }
         fwwg::wgmma_wait<0>(); /* P(i-1)·V(i-1) retired (P's registers are S's: S(i) may not start before) */
-        __syncthreads(); /* split K(i) visible to the tensor cores; every warp's P(i-1)·V(i-1) retired: Vᵀ free */
+        __syncthreads(); /* split K(i) visible to the tensor cores; every warp's P(i-1)·V(i-1) retired: Vᵀ free (Q's
+                          * staging read, at i = 0) */
         ff32_wg_gemm<SPLIT>(w.s, w.qb, w.qs, s_desc, 0); /* S(i) runs under Vᵀ(i)'s split */
+        if (i == 0 && stage0) {
+            ff32_wait<0>();
+            __syncthreads(); /* raw V(0) landed */
+        }
         ff32_wg_split_v<SPLIT, NT>(raw + 64 * 64, sV, tid);
         fwwg::fence_proxy_async();
         __syncthreads(); /* split Vᵀ(i) visible to the tensor cores; the raw stage free */
@@ -550,7 +585,7 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
     }
     fwwg::wgmma_wait<0>();
     fwwg::wgmma_reg_fence(w.o);
-    ff32_wait<0>();
+    ff32_wait<0>(); /* n_tiles = 0: Q's copy (never read: no keys) */
     if (ks.n > 1) {
         const long long qi = ((long long)blk.b * a.H + blk.h) * gridDim.x + mblk;
         w.save_partial<NT>(ks.part + (qi * ks.n + range) * C::PART_F4 + tid);
@@ -900,14 +935,13 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
  * two blocks an SM, each of at least 4 key tiles (B = 1, 3xtf32, H100: L = 512 2 ranges 0.0160 ms, 4 ranges 0.0159,
  * none 0.0212; L = 1024 2 ranges 0.0338, 4 0.0388, none 0.0397; L = 128 2 ranges of a tile 0.0091, none 0.0073:
  * docs/PERF-gpu-f32.md "Run 9"). FW_F32_KV_SPLITS=n forces n (at most one a tile): tests and experiments. */
-static int ff32_wg1_ranges(long long blocks, int n_kt)
+static int ff32_wg1_ranges(long long blocks, int n_kt, int sms)
 {
-    int n = 1, dev = 0;
-    fw_cuda_device_info di;
+    int n = 1;
     const char *force = getenv("FW_F32_KV_SPLITS");
     if (force && atoi(force) > 0) n = atoi(force);
-    else if (cudaGetDevice(&dev) == cudaSuccess && fw_cuda_device_facts(dev, &di) && blocks > 0 && blocks < di.sm_count) {
-        n = (int)((2LL * di.sm_count) / blocks);
+    else if (sms > 0 && blocks > 0 && blocks < sms) {
+        n = (int)((2LL * sms) / blocks);
         if (n > n_kt / 4) n = n_kt / 4;
     }
     if (n > 8) n = 8;
@@ -922,8 +956,14 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg1(const ff32_args *a, int
     if (e != cudaSuccess) return e;
     const long long nqb = (a->Lq + C::BM - 1) / C::BM, blocks = nqb * a->H * batch;
     const int n_kt = (a->Lk + C::BN - 1) / C::BN;
-    ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt)};
+    int dev = 0, sms = 0;
+    fw_cuda_device_info di;
+    if (cudaGetDevice(&dev) == cudaSuccess && fw_cuda_device_facts(dev, &di)) sms = di.sm_count;
+    ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt, sms), 0};
     if ((long long)batch * ks.n > 65535) ks.n = 1; /* the grid's z */
+    /* FW_F32_WG1_STAGE0=0/1 forces the first tile's staging (tests: both forms on every case) */
+    const char *st = getenv("FW_F32_WG1_STAGE0");
+    ks.stage0 = st && *st ? atoi(st) != 0 : sms > 0 && blocks * ks.n >= sms;
     void *ws = NULL;
     bool cached = false;
     size_t bytes = 0;
