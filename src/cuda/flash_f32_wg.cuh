@@ -19,11 +19,12 @@
  * Shared memory (3xtf32): raw K/V 2 x 32 KB, split K 2 x 32 KB, split Vᵀ 3 x 32 KB (V(t-1) is still read
  * while tile t+1 is split) = 224 KB; tf32 keeps no small parts: 144 KB.
  *
- * Two kernels share these pieces: ff32_wg_kernel (every thread loads, splits and computes; a block-wide
- * barrier per tile: the default at Lk <= 256) and ff32_ws_kernel (every K/V tile split once into a workspace,
- * by a pre-pass or by the kernel's own blocks, LOCAL > 0 or PERSIST (one block per SM looping over the query
- * blocks); one producer thread bulk-copies the split tiles, mbarriers hand them to two consumer warpgroups, which
- * take turns issuing their products). cuda_flash_f32.cu picks among them per call. Compiled for sm_90a only (the
+ * Three kernels share these pieces: ff32_wg_kernel (every thread loads, splits and computes; a block-wide barrier
+ * per tile: the default at Lk <= 256 until ff32_wg1_kernel passed it), ff32_wg1_kernel (the same with one warpgroup a
+ * block, two blocks an SM, split-KV where the blocks are few: the default at Lk <= 256 and for few blocks) and
+ * ff32_ws_kernel (every K/V tile split once into a workspace, by a pre-pass or by the kernel's own blocks, LOCAL > 0
+ * or PERSIST (one block per SM looping over the query blocks); one producer thread bulk-copies the split tiles,
+ * mbarriers hand them to two consumer warpgroups, which take turns issuing their products). cuda_flash_f32.cu picks among them per call. Compiled for sm_90a only (the
  * bodies trap elsewhere); cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
 #ifndef FW_FLASH_F32_WG_CUH
 #define FW_FLASH_F32_WG_CUH
