@@ -1,5 +1,6 @@
-/* What the CUDA-runtime-only bench programs (launch_overhead.cu, memory_floor.cu) share: the error check, a float
- * comparison for qsort, and the median time of a CUDA graph's replays. */
+/* What the CUDA-runtime-only bench programs (launch_overhead.cu, memory_floor.cu, tf32_input.cu) share: the error
+ * check, a float comparison for qsort, and the median time of a CUDA graph's replays (inline: not every program uses
+ * them). */
 #ifndef FW_BENCH_CUDA_BENCH_H
 #define FW_BENCH_CUDA_BENCH_H
 #include <cuda_runtime.h>
@@ -8,10 +9,10 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-static int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static inline int cmpf(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
 
 /* Median ms of `reps` replays of `exec` on `st` (after `warm` unmeasured ones), each timed by events around it. */
-static float graph_median_ms(cudaGraphExec_t exec, cudaStream_t st, int warm, int reps)
+static inline float graph_median_ms(cudaGraphExec_t exec, cudaStream_t st, int warm, int reps)
 {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));

@@ -5,20 +5,10 @@
  * (docs/PERF-gpu-f32.md, "Incomplete / next steps").
  *   built with the CUDA backends (CMake target tf32_input), or: nvcc -gencode=arch=compute_90,code=sm_90 -O3 -o tf32_input
  *   bench/tf32_input.cu && ./tf32_input */
-#include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));        \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "cuda_bench.h"
 
 /* warp w: A[r][0] = x[w][r] (r < 16), B[0][n] = 1 for all n (side 0); or A[r][0] = 1, B[0][n] = x[w][n] (side 1) */
 __global__ void probe(const float *x, float *d, int side)

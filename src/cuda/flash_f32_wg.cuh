@@ -24,8 +24,9 @@
  * block, two blocks an SM, split-KV where the blocks are few: the default at Lk <= 256 and for few blocks) and
  * ff32_ws_kernel (every K/V tile split once into a workspace, by a pre-pass or by the kernel's own blocks, LOCAL > 0
  * or PERSIST (one block per SM looping over the query blocks); one producer thread bulk-copies the split tiles,
- * mbarriers hand them to two consumer warpgroups, which take turns issuing their products). cuda_flash_f32.cu picks among them per call. Compiled for sm_90a only (the
- * bodies trap elsewhere); cuda_flash_f32.cu offers them on compute capability 9.0 devices only. */
+ * mbarriers hand them to two consumer warpgroups, which take turns issuing their products). cuda_flash_f32.cu picks
+ * among them per call. Compiled for sm_90a only (the bodies trap elsewhere); cuda_flash_f32.cu offers them on compute
+ * capability 9.0 devices only. */
 #ifndef FW_FLASH_F32_WG_CUH
 #define FW_FLASH_F32_WG_CUH
 
@@ -932,6 +933,18 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
 #endif
 }
 
+/* The current device's SM count in *sms: the launches size their grids (and choices) by it. */
+static cudaError_t ff32_sm_count(int *sms)
+{
+    int dev = 0;
+    fw_cuda_device_info di;
+    const cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
+    *sms = di.sm_count;
+    return cudaSuccess;
+}
+
 /* Key ranges a query block for ff32_wg1_kernel: where its 64-row blocks are fewer than the SMs, enough ranges for about
  * two blocks an SM, each of at least 4 key tiles (B = 1, 3xtf32, H100: L = 512 2 ranges 0.0160 ms, 4 ranges 0.0159,
  * none 0.0212; L = 1024 2 ranges 0.0338, 4 0.0388, none 0.0397; L = 128 2 ranges of a tile 0.0091, none 0.0073:
@@ -957,12 +970,11 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg1(const ff32_args *a, int
     if (e != cudaSuccess) return e;
     const long long nqb = (a->Lq + C::BM - 1) / C::BM, blocks = nqb * a->H * batch;
     const int n_kt = (a->Lk + C::BN - 1) / C::BN;
-    int dev = 0, sms = 0;
-    fw_cuda_device_info di;
-    if (cudaGetDevice(&dev) == cudaSuccess && fw_cuda_device_facts(dev, &di)) sms = di.sm_count;
+    int sms = 0; /* 0: not known (no split, no staging) */
+    if (ff32_sm_count(&sms) != cudaSuccess) sms = 0;
     ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt, sms), 0};
     if ((long long)batch * ks.n > 65535) ks.n = 1; /* the grid's z */
-    /* FW_F32_WG1_STAGE0=0/1 forces the first tile's staging (tests: both forms on every case) */
+    /* FW_F32_WG1_STAGE0=0/1 forces the first tile's staging (the second test pass and the sanitizers force 1) */
     const char *st = getenv("FW_F32_WG1_STAGE0");
     ks.stage0 = st && *st ? atoi(st) != 0 : sms > 0 && blocks * ks.n >= sms;
     void *ws = NULL;
@@ -1025,13 +1037,11 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
     const int nqb = (a->Lq + C::W::BM - 1) / C::W::BM;
     dim3 grid((unsigned)nqb, (unsigned)a->H, (unsigned)batch);
     if (PERSIST) {
-        int dev = 0;
-        fw_cuda_device_info di;
-        e = cudaGetDevice(&dev);
+        int sms = 0;
+        e = ff32_sm_count(&sms);
         if (e != cudaSuccess) return e;
-        if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
         long long blocks = (long long)nqb * a->H * batch;
-        if (blocks > di.sm_count) blocks = di.sm_count;
+        if (blocks > sms) blocks = sms;
         /* FW_CUDA_PERSIST_BLOCKS=n: at most n blocks (tests: several items per block on small problems) */
         const char *cap = getenv("FW_CUDA_PERSIST_BLOCKS");
         if (cap && atoi(cap) > 0 && blocks > atoi(cap)) blocks = atoi(cap);
