@@ -90,12 +90,12 @@ grep -E "FAIL|failures" "$OUT/test.log" | head -40
 # first tile staged (K, Q, V waited for one by one; the first pass takes the automatic choice: mostly not staged) and
 # half its blocks starting 500 cycles late (the staggered start: automatic only where the blocks fill the SMs)
 {
-    S="env FW_CUDA_PERSIST_BLOCKS=2 FW_F32_KV_SPLITS=3 FW_F32_WG1_STAGE0=1 FW_F32_WG1_DELAY=500 compute-sanitizer"
+    S="env FW_CUDA_PERSIST_BLOCKS=2 FW_F32_KV_SPLITS=3 FW_F32_WG1_STAGE0=1 FW_F32_DELAY=500 compute-sanitizer"
     echo "== memcheck"; timeout 150 $S --tool memcheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
     echo "== racecheck"; timeout 150 $S --tool racecheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
     echo "== synccheck"; timeout 100 $S --tool synccheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
-    echo "== every case, persistent kernels at 3 blocks, split-KV at 3 ranges, wg1's first tile staged, half its blocks late"
-    FW_CUDA_PERSIST_BLOCKS=3 FW_F32_KV_SPLITS=3 FW_F32_WG1_STAGE0=1 FW_F32_WG1_DELAY=500 timeout 120 "$BUILD/gpu_cuda_f32" 2>&1 | grep -E "FAIL|failures"
+    echo "== every case, persistent kernels at 3 blocks, split-KV at 3 ranges, wg1's first tile staged, half the blocks late"
+    FW_CUDA_PERSIST_BLOCKS=3 FW_F32_KV_SPLITS=3 FW_F32_WG1_STAGE0=1 FW_F32_DELAY=500 timeout 120 "$BUILD/gpu_cuda_f32" 2>&1 | grep -E "FAIL|failures"
 } > "$OUT/sanitizer.log" 2>&1
 grep -E "ERROR SUMMARY|==|failures" "$OUT/sanitizer.log"
 

@@ -36,6 +36,8 @@ struct ff32_args {
     int vec16;        /* q/k/v 16-byte aligned with strides multiple of 4: 16-byte copies */
     int uneven;       /* a causal or window mask (query blocks see different numbers of key tiles): the exact kernel's
                        * grid is (heads, batch, query blocks), so that every head's heaviest block starts first */
+    int delay;            /* a staggered start (ff32_stagger): blocks from delay_from on, in launch order, sleep delay SM */
+    long long delay_from; /* cycles before their first copy; 0 = none */
 };
 
 /* Host-side launchers, one per head-dim bucket (defined in cuda_flash_f32_d<DB>.cu).
@@ -247,6 +249,46 @@ template <int DB, int BM, int BN, int TM, bool KV1> struct ff32_exact_cfg {
     static constexpr size_t SMEM = SMEM_FLOATS * sizeof(float);
 };
 
+/* The current device's SM count in *sms: the launches size their grids (and choices) by it. */
+static inline cudaError_t ff32_sm_count(int *sms)
+{
+    int dev = 0;
+    fw_cuda_device_info di;
+    const cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
+    *sms = di.sm_count;
+    return cudaSuccess;
+}
+
+/* A staggered start. Where the blocks are about two an SM and each has at most two key tiles, every block copies at once
+ * and none computes until the copies are nearly all in (docs/PERF-gpu-f32.md "Run 11"). The blocks after the first `sms`
+ * in launch order (the second block of each SM) sleep ~1 us (2000 cycles at 1.98 GHz) before their copies, so the first
+ * ones' inputs land sooner and they compute while the rest land: H100, `wg1` 3xtf32 seed L = 128 0.0121 -> 0.0116 ms,
+ * tf32 0.0104 -> 0.0096, seed003 B = 32 L = 128 0.0226 -> 0.0221; none at four tiles (L = 256), so not there. Asleep,
+ * not spinning, so that the SM's other block keeps the issue slots. fill: the caller's blocks are independent of one
+ * another's progress (no split-KV) and fill the SMs. FW_F32_DELAY=cycles forces it from half the blocks on (0: off;
+ * tests: the small cases' blocks do not fill the SMs). */
+static inline void ff32_stagger_set(ff32_args *a, long long blocks, long long n_kt, int sms, bool fill)
+{
+    const char *dl = getenv("FW_F32_DELAY");
+    a->delay = 0;
+    a->delay_from = sms;
+    if (dl && *dl) {
+        a->delay = atoi(dl) > 0 ? atoi(dl) : 0;
+        a->delay_from = blocks / 2;
+    } else if (fill && sms > 0 && n_kt <= 2 && blocks >= sms && blocks <= 4LL * sms) {
+        a->delay = 2000;
+    }
+}
+__device__ __forceinline__ void ff32_stagger(const ff32_args &a)
+{
+    if (a.delay <= 0) return;
+    if (blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z) < a.delay_from) return;
+    const long long t0 = clock64();
+    while (clock64() - t0 < a.delay) __nanosleep(64);
+}
+
 /* KV1 = false: K and V tiles double-buffered together (tile t+1 copies during all of iteration t).
  * KV1 = true: one K and one V buffer, ping-pong: V(t) copies during S(t), K(t+1) during P(t)·V(t);
  * half the K/V shared memory, so larger tiles still fit two blocks per SM. */
@@ -264,6 +306,7 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
     float *Ps = Vs + C::KVB * BN * VST;
 
     const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
+    ff32_stagger(a);
     ff32_block blk;
     blk.init(a, BM, BN, true);
     const int h = blk.h, b = blk.b, m0 = blk.m0, rows = blk.rows, t_begin = blk.t_begin, t_end = blk.t_end;
@@ -652,7 +695,11 @@ static cudaError_t ff32_launch_exact(const ff32_args *a, int batch, cudaStream_t
     if (e != cudaSuccess) return e;
     const unsigned nqb = (unsigned)((a->Lq + BM - 1) / BM);
     const dim3 grid = a->uneven ? dim3((unsigned)a->H, (unsigned)batch, nqb) : dim3(nqb, (unsigned)a->H, (unsigned)batch);
-    ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1><<<grid, C::NT, C::SMEM, s>>>(*a);
+    int sms = 0; /* 0: not known (no stagger) */
+    if (ff32_sm_count(&sms) != cudaSuccess) sms = 0;
+    ff32_args x = *a;
+    ff32_stagger_set(&x, (long long)nqb * a->H * batch, (a->Lk + BN - 1) / BN, sms, true);
+    ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1><<<grid, C::NT, C::SMEM, s>>>(x);
     return cudaGetLastError();
 }
 

@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
  * issued. (S(i) cannot start before P(i-1)·V(i-1) retires: P's registers are S's accumulator, and issuing it earlier
  * made ptxas serialise the products, info C7514.)
  * Where the blocks are about two an SM and have at most two key tiles, the second block of each SM starts ~1 us late
- * (ff32_launch_wg1), so that the first blocks' copies land sooner and they compute while the rest land.
+ * (ff32_stagger), so that the first blocks' copies land sooner and they compute while the rest land.
  * Where even 64-row blocks would leave SMs idle (B = 1: 8 heads of L = 512 are 64 blocks on 132 SMs), each query
  * block's key tiles are cut into `n` ranges, one block each (FlashAttention's split-KV): a block writes its O (not yet
  * divided by the sum), its rows' maxima and sums to `part`, takes a ticket from the query block's counter, and the
@@ -498,8 +498,6 @@ struct ff32_kv_split {
     int *ctr;     /* [query block]: ranges done; 0 between calls */
     int n;        /* key ranges a query block: 1, no split */
     int stage0;   /* tile 0's K, Q and V waited for one by one (blocks enough to fill the SMs: see the kernel) */
-    int delay;      /* blocks from delay_from on (in launch order) wait this many SM cycles before their first copy */
-    long long delay_from;
 };
 
 template <bool SPLIT>
@@ -525,12 +523,7 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
         blk.t_end = blk.t_begin + blk.n_tiles;
     }
     const int n_tiles = blk.n_tiles;
-    /* A staggered start (see ff32_launch_wg1): asleep, not spinning, so that the SM's other block has the issue slots */
-    const long long launch_order = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
-    if (ks.delay > 0 && launch_order >= ks.delay_from) {
-        const long long t0 = clock64();
-        while (clock64() - t0 < ks.delay) __nanosleep(64);
-    }
+    ff32_stagger(a);
 
     /* Tile 0's K, Q, tile 0's V: three copy groups. ks.stage0 (the blocks fill the SMs and all copy at once: at seed
      * L = 128 Q landed 3.5 us into a block and tile 0 1.2 us after it, run fa of docs/PERF-gpu-f32.md): K(0) is split
@@ -943,17 +936,6 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
 #endif
 }
 
-/* The current device's SM count in *sms: the launches size their grids (and choices) by it. */
-static cudaError_t ff32_sm_count(int *sms)
-{
-    int dev = 0;
-    fw_cuda_device_info di;
-    const cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
-    *sms = di.sm_count;
-    return cudaSuccess;
-}
 
 /* Key ranges a query block for ff32_wg1_kernel: where its 64-row blocks are fewer than the SMs, enough ranges for about
  * two blocks an SM, each of at least 4 key tiles (B = 1, 3xtf32, H100: L = 512 2 ranges 0.0160 ms, 4 ranges 0.0159,
@@ -982,25 +964,13 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg1(const ff32_args *a, int
     const int n_kt = (a->Lk + C::BN - 1) / C::BN;
     int sms = 0; /* 0: not known (no split, no staging) */
     if (ff32_sm_count(&sms) != cudaSuccess) sms = 0;
-    ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt, sms), 0, 0, 0};
+    ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt, sms), 0};
     if ((long long)batch * ks.n > 65535) ks.n = 1; /* the grid's z */
     /* FW_F32_WG1_STAGE0=0/1 forces the first tile's staging (the second test pass and the sanitizers force 1) */
     const char *st = getenv("FW_F32_WG1_STAGE0");
     ks.stage0 = st && *st ? atoi(st) != 0 : sms > 0 && blocks * ks.n >= sms;
-    /* Where the blocks fill the SMs about twice or less and each has at most two key tiles, every block copies at once and
-     * none computes until the copies are nearly all in (Run 11). The blocks after the first `sms` (in launch order: the
-     * second an SM) start their copies ~1 us later (2000 cycles at 1.98 GHz), so the first ones' inputs land sooner and
-     * they compute while the rest land: H100, 3xtf32 seed L = 128 0.0121 -> 0.0116 ms, tf32 0.0104 -> 0.0096, seed003
-     * B = 32 L = 128 0.0226 -> 0.0221; none at four tiles (L = 256), so not there. FW_F32_WG1_DELAY=cycles forces it
-     * (0: off), from half the blocks on (tests: the small cases' blocks do not fill the SMs). */
-    const char *dl = getenv("FW_F32_WG1_DELAY");
-    ks.delay_from = sms;
-    if (dl && *dl) {
-        ks.delay = atoi(dl) > 0 ? atoi(dl) : 0;
-        ks.delay_from = blocks * ks.n / 2;
-    } else if (ks.stage0 && ks.n == 1 && n_kt <= 2 && blocks <= 4LL * sms) {
-        ks.delay = 2000;
-    }
+    ff32_args x = *a;
+    ff32_stagger_set(&x, blocks * ks.n, n_kt, sms, ks.stage0 && ks.n == 1);
     void *ws = NULL;
     bool cached = false;
     size_t bytes = 0;
@@ -1020,7 +990,7 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg1(const ff32_args *a, int
     }
     if (e == cudaSuccess && blocks > 0) {
         dim3 grid((unsigned)nqb, (unsigned)a->H, (unsigned)(batch * ks.n));
-        ff32_wg1_kernel<SPLIT><<<grid, C::NT, C::SMEM, s>>>(*a, ks);
+        ff32_wg1_kernel<SPLIT><<<grid, C::NT, C::SMEM, s>>>(x, ks);
         e = cudaGetLastError();
     }
     cudaError_t f = cudaSuccess;
