@@ -261,11 +261,12 @@ static inline cudaError_t ff32_sm_count(int *sms)
     return cudaSuccess;
 }
 
-/* A staggered start. Where the blocks are about two an SM and each has at most two key tiles, every block copies at once
- * and none computes until the copies are nearly all in (docs/PERF-gpu-f32.md "Run 11"). The blocks after the first `sms`
- * in launch order (the second block of each SM) sleep ~1 us (2000 cycles at 1.98 GHz) before their copies, so the first
- * ones' inputs land sooner and they compute while the rest land: H100, `wg1` 3xtf32 seed L = 128 0.0121 -> 0.0116 ms,
- * tf32 0.0104 -> 0.0096, seed003 B = 32 L = 128 0.0226 -> 0.0221; none at four tiles (L = 256), so not there. Asleep,
+/* A staggered start. Where the blocks fill the SMs one to four times and each has at most two key tiles, every block
+ * copies at once and none computes until the copies are nearly all in (docs/PERF-gpu-f32.md "Run 11"). The blocks after
+ * the first `sms` in launch order (the second block of each SM) sleep ~1 us (2000 cycles at 1.98 GHz) before their
+ * copies, so the first ones' inputs land sooner and they compute while the rest land: H100, `wg1` 3xtf32 seed L = 128
+ * 0.0121 -> 0.0115-0.0119 ms, tf32 0.0104 -> 0.0095-0.0098, seed003 B = 32 L = 128 0.0226 -> 0.0221; the exact kernel
+ * at seed L = 128 0.0214 -> 0.0208-0.0211; none at four tiles (L = 256), so not there. Asleep,
  * not spinning, so that the SM's other block keeps the issue slots. fill: the caller's blocks are independent of one
  * another's progress (no split-KV) and fill the SMs. FW_F32_DELAY=cycles forces it from half the blocks on (0: off;
  * tests: the small cases' blocks do not fill the SMs). */

@@ -936,7 +936,6 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
 #endif
 }
 
-
 /* Key ranges a query block for ff32_wg1_kernel: where its 64-row blocks are fewer than the SMs, enough ranges for about
  * two blocks an SM, each of at least 4 key tiles (B = 1, 3xtf32, H100: L = 512 2 ranges 0.0160 ms, 4 ranges 0.0159,
  * none 0.0212; L = 1024 2 ranges 0.0338, 4 0.0388, none 0.0397; L = 128 2 ranges of a tile 0.0091, none 0.0073:
