@@ -36,8 +36,8 @@ struct ff32_args {
     int vec16;        /* q/k/v 16-byte aligned with strides multiple of 4: 16-byte copies */
     int uneven;       /* a causal or window mask (query blocks see different numbers of key tiles): the exact kernel's
                        * grid is (heads, batch, query blocks), so that every head's heaviest block starts first */
-    int delay;            /* a staggered start (ff32_stagger): blocks from delay_from on, in launch order, sleep delay SM */
-    long long delay_from; /* cycles before their first copy; 0 = none */
+    int delay;                     /* a staggered start (ff32_stagger): blocks delay_from .. delay_to - 1, in launch */
+    long long delay_from, delay_to; /* order, sleep delay SM cycles before their first copy; 0 = none */
 };
 
 /* Host-side launchers, one per head-dim bucket (defined in cuda_flash_f32_d<DB>.cu).
@@ -261,31 +261,35 @@ static inline cudaError_t ff32_sm_count(int *sms)
     return cudaSuccess;
 }
 
-/* A staggered start. Where the blocks fill the SMs one to four times and each has at most two key tiles, every block
- * copies at once and none computes until the copies are nearly all in (docs/PERF-gpu-f32.md "Run 11"). The blocks after
- * the first `sms` in launch order (the second block of each SM) sleep ~1 us (2000 cycles at 1.98 GHz) before their
- * copies, so the first ones' inputs land sooner and they compute while the rest land: H100, `wg1` 3xtf32 seed L = 128
- * 0.0121 -> 0.0115-0.0119 ms, tf32 0.0104 -> 0.0095-0.0098, seed003 B = 32 L = 128 0.0226 -> 0.0221; the exact kernel
- * at seed L = 128 0.0214 -> 0.0208-0.0211; none at four tiles (L = 256), so not there. Asleep,
- * not spinning, so that the SM's other block keeps the issue slots. fill: the caller's blocks are independent of one
- * another's progress (no split-KV) and fill the SMs. FW_F32_DELAY=cycles forces it from half the blocks on (0: off;
- * tests: the small cases' blocks do not fill the SMs). */
+/* A staggered start. Where the blocks fill the SMs one to four times and each has at most four key tiles, every block
+ * of the first wave copies at once and none computes until the copies are nearly all in (docs/PERF-gpu-f32.md "Run
+ * 11"). The blocks sms .. 2 sms - 1 in launch order (the first wave's second block of each SM; later waves start when
+ * slots free, staggered already) sleep ~1 us (2000 cycles at 1.98 GHz) before their copies, so the first ones' inputs
+ * land sooner and they compute while the rest land. H100, against none: `wg1` 3xtf32 seed L = 128 0.0122 -> 0.0116 ms,
+ * seed003 B = 32 L = 128 0.0229 -> 0.0216, seed L = 256 0.0332 -> 0.0326-0.0328; tf32 0.0104 -> 0.0096, 0.0190 ->
+ * 0.0178, 0.0249 -> 0.0239-0.0241; the exact kernel at seed L = 128 0.0213 -> 0.0209. Asleep, not spinning, so that
+ * the SM's other block keeps the issue slots. fill: the caller's blocks are independent of one
+ * another's progress (no split-KV) and fill the SMs. FW_F32_DELAY=cycles forces it (0: off), for sms blocks from the
+ * SM count or half the blocks on, whichever is first (tests: the small cases' blocks do not fill the SMs). */
 static inline void ff32_stagger_set(ff32_args *a, long long blocks, long long n_kt, int sms, bool fill)
 {
     const char *dl = getenv("FW_F32_DELAY");
     a->delay = 0;
     a->delay_from = sms;
+    a->delay_to = 2LL * sms;
     if (dl && *dl) {
         a->delay = atoi(dl) > 0 ? atoi(dl) : 0;
-        a->delay_from = blocks / 2;
-    } else if (fill && sms > 0 && n_kt <= 2 && blocks >= sms && blocks <= 4LL * sms) {
+        a->delay_from = sms < blocks / 2 ? sms : blocks / 2;
+        a->delay_to = a->delay_from + sms;
+    } else if (fill && sms > 0 && n_kt <= 4 && blocks >= sms && blocks <= 4LL * sms) {
         a->delay = 2000;
     }
 }
 __device__ __forceinline__ void ff32_stagger(const ff32_args &a)
 {
     if (a.delay <= 0) return;
-    if (blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z) < a.delay_from) return;
+    const long long order = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    if (order < a.delay_from || order >= a.delay_to) return;
     const long long t0 = clock64();
     while (clock64() - t0 < a.delay) __nanosleep(64);
 }

@@ -477,8 +477,8 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
  * (while P(i-1)·V(i-1) runs), wait for it, S = Q Kᵀ issued, split Vᵀ under it, copy the next raw tile, softmax, P·V
  * issued. (S(i) cannot start before P(i-1)·V(i-1) retires: P's registers are S's accumulator, and issuing it earlier
  * made ptxas serialise the products, info C7514.)
- * Where the blocks are about two an SM and have at most two key tiles, the second block of each SM starts ~1 us late
- * (ff32_stagger), so that the first blocks' copies land sooner and they compute while the rest land.
+ * Where the blocks fill the SMs one to four times and have at most four key tiles, the first wave's second block of each
+ * SM starts ~1 us late (ff32_stagger), so that the first blocks' copies land sooner and they compute while the rest land.
  * Where even 64-row blocks would leave SMs idle (B = 1: 8 heads of L = 512 are 64 blocks on 132 SMs), each query
  * block's key tiles are cut into `n` ranges, one block each (FlashAttention's split-KV): a block writes its O (not yet
  * divided by the sum), its rows' maxima and sums to `part`, takes a ticket from the query block's counter, and the
