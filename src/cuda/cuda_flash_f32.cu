@@ -155,6 +155,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     }
     a.vec16 = aligned;
     a.uneven = p->has_window && qblocks_of(t[ci].block_m) <= 65535; /* a grid's z limit */
+    a.sms = sms;
     a.delay = 0; /* the launchers that stagger their blocks set these */
     a.delay_from = a.delay_to = 0;
     a.diag = p->diag_offset; a.wl = p->window_left; a.wr = p->window_right;

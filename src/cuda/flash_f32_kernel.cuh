@@ -36,6 +36,7 @@ struct ff32_args {
     int vec16;        /* q/k/v 16-byte aligned with strides multiple of 4: 16-byte copies */
     int uneven;       /* a causal or window mask (query blocks see different numbers of key tiles): the exact kernel's
                        * grid is (heads, batch, query blocks), so that every head's heaviest block starts first */
+    int sms;                       /* the device's SM count (0: not known): the launchers size grids and choices by it */
     int delay;                     /* a staggered start (ff32_stagger): blocks delay_from .. delay_to - 1, in launch */
     long long delay_from, delay_to; /* order, sleep delay SM cycles before their first copy; 0 = none */
 };
@@ -248,18 +249,6 @@ template <int DB, int BM, int BN, int TM, bool KV1> struct ff32_exact_cfg {
     static constexpr int SMEM_FLOATS = BM * QST + KVB * BN * KST + KVB * BN * VST + BM * PST;
     static constexpr size_t SMEM = SMEM_FLOATS * sizeof(float);
 };
-
-/* The current device's SM count in *sms: the launches size their grids (and choices) by it. */
-static inline cudaError_t ff32_sm_count(int *sms)
-{
-    int dev = 0;
-    fw_cuda_device_info di;
-    const cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
-    *sms = di.sm_count;
-    return cudaSuccess;
-}
 
 /* A staggered start. Where the blocks fill the SMs one to four times and each has at most four key tiles, every block
  * of the first wave copies at once and none computes until the copies are nearly all in (docs/PERF-gpu-f32.md "Run
@@ -700,10 +689,8 @@ static cudaError_t ff32_launch_exact(const ff32_args *a, int batch, cudaStream_t
     if (e != cudaSuccess) return e;
     const unsigned nqb = (unsigned)((a->Lq + BM - 1) / BM);
     const dim3 grid = a->uneven ? dim3((unsigned)a->H, (unsigned)batch, nqb) : dim3(nqb, (unsigned)a->H, (unsigned)batch);
-    int sms = 0; /* 0: not known (no stagger) */
-    if (ff32_sm_count(&sms) != cudaSuccess) sms = 0;
     ff32_args x = *a;
-    ff32_stagger_set(&x, (long long)nqb * a->H * batch, (a->Lk + BN - 1) / BN, sms, true);
+    ff32_stagger_set(&x, (long long)nqb * a->H * batch, (a->Lk + BN - 1) / BN, a->sms, true);
     ff32_exact_kernel<DB, BM, BN, TM, UNR, KV1><<<grid, C::NT, C::SMEM, s>>>(x);
     return cudaGetLastError();
 }

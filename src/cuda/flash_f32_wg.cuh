@@ -961,8 +961,7 @@ template <bool SPLIT> static cudaError_t ff32_launch_wg1(const ff32_args *a, int
     if (e != cudaSuccess) return e;
     const long long nqb = (a->Lq + C::BM - 1) / C::BM, blocks = nqb * a->H * batch;
     const int n_kt = (a->Lk + C::BN - 1) / C::BN;
-    int sms = 0; /* 0: not known (no split, no staging) */
-    if (ff32_sm_count(&sms) != cudaSuccess) sms = 0;
+    const int sms = a->sms; /* 0: not known (no split, no staging) */
     ff32_kv_split ks{nullptr, nullptr, ff32_wg1_ranges(blocks, n_kt, sms), 0};
     if ((long long)batch * ks.n > 65535) ks.n = 1; /* the grid's z */
     /* FW_F32_WG1_STAGE0=0/1 forces the first tile's staging (the second test pass and the sanitizers force 1) */
@@ -1030,11 +1029,9 @@ static cudaError_t ff32_launch_ws(const ff32_args *a, int batch, cudaStream_t s)
     const int nqb = (a->Lq + C::W::BM - 1) / C::W::BM;
     dim3 grid((unsigned)nqb, (unsigned)a->H, (unsigned)batch);
     if (PERSIST) {
-        int sms = 0;
-        e = ff32_sm_count(&sms);
-        if (e != cudaSuccess) return e;
+        if (a->sms <= 0) return cudaErrorInvalidDevice; /* its grid is one block per SM */
         long long blocks = (long long)nqb * a->H * batch;
-        if (blocks > sms) blocks = sms;
+        if (blocks > a->sms) blocks = a->sms;
         /* FW_CUDA_PERSIST_BLOCKS=n: at most n blocks (tests: several items per block on small problems) */
         const char *cap = getenv("FW_CUDA_PERSIST_BLOCKS");
         if (cap && atoi(cap) > 0 && blocks > atoi(cap)) blocks = atoi(cap);
