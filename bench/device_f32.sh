@@ -57,6 +57,10 @@ echo "build: $(( $(date +%s) - t0 )) s"
 fi
 echo "ptxas: $(grep -c 'bytes spill' "$OUT/build.log") kernels reported, nonzero spills:"
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
+# C75xx: ptxas serialised a kernel's wgmmas (too few registers for their pipeline: 3xtf32 wg1 +28% at L = 128 when
+# it happened, docs/PERF-gpu-f32.md Run 12)
+echo "ptxas wgmma serialisations (C75xx): $(grep -c 'C75[0-9][0-9]' "$OUT/build.log")"
+grep -o "C75[0-9][0-9].*function '[^']*'" "$OUT/build.log" | sort -u | head
 
 # FW_F32_PROFILE="kernel regex": Nsight Compute on the seed L=2048 (or FW_F32_PROFILE_L) launches of those
 # kernels instead of the rest (e.g. FW_F32_PROFILE='ff32_ws_kernel<\(bool\)1>', demangled names); log in $OUT/ncu.txt.

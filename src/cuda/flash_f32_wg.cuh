@@ -47,14 +47,22 @@ template <bool SPLIT> struct ff32_wg_cfg {
     static constexpr int QST = DB + 4; /* Q staging row stride (floats), in the split-Vᵀ area */
 };
 
-/* tf32 rounding (to nearest, ties away) by integer ops, and the rest: x = big + small to ~22 bits. The same
- * split as ff32_split (flash_f32_kernel.cuh), which rounds with cvt.rna.tf32.f32: in these kernels that
- * made tf32 mode 11% slower (run am of docs/PERF-gpu-f32.md), so they keep the integer form. */
+/* tf32 mode: x rounded to tf32 (to nearest, ties away) by integer ops, as ff32_split (flash_f32_kernel.cuh) does with
+ * cvt.rna.tf32.f32, which made tf32 mode 11% slower in these kernels (run am of docs/PERF-gpu-f32.md).
+ * 3xtf32: big = x truncated to tf32, small = x - big (exact in f32; the tensor cores read it truncated to its top 19
+ * bits, bench/tf32_input.cu): two instructions an element against five for both parts rounded. The split's own error
+ * grows from ~4e-8 to ~3e-7 of max|V| (a float64 model of the products), under the ~2e-6 that the products' accumulation
+ * leaves (Run 12). big = x itself (the tensor cores truncate it alike) saves nothing, since small needs the truncated
+ * value, and in P's split ptxas then serialised wg1's wgmmas (C7511). */
 __device__ __forceinline__ uint32_t ff32_wg_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 template <bool SPLIT> __device__ __forceinline__ void ff32_wg_split(float x, uint32_t &big, uint32_t &small)
 {
-    big = ff32_wg_round(x);
-    if (SPLIT) small = ff32_wg_round(x - __uint_as_float(big));
+    if (SPLIT) {
+        big = __float_as_uint(x) & 0xffffe000u;
+        small = __float_as_uint(x - __uint_as_float(big));
+    } else {
+        big = ff32_wg_round(x);
+    }
 }
 
 /* Byte offset of 16-byte chunk c (0..15 along the row) of row r in a 64-row swizzled tile of 2 column blocks. */
