@@ -106,11 +106,17 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
          * wgmma kernels' split warps, a quarter of their time (Nsight Compute's source view, run cb) */
         const int r0 = tid / CH, c4 = tid % CH;
         const float *g = src + r0 * rs + 4 * c4;
+        /* SWZ with RP a power of 2 and a multiple of 8: (r0 + k RP) / 4 = r0 / 4 + k RP / 4 without carries into the
+         * swizzle's 3 bits (r0 / 4 < RP / 4), so row r0 + k RP's chunk is a constant XOR of row r0's: the compiler
+         * then folds each copy's shared address into a fixed offset (run hc) */
+        constexpr bool XOR_STEP = SWZ && RP % 8 == 0 && (RP & (RP - 1)) == 0;
+        const int cx = XOR_STEP ? chunk(r0, c4) : c4;
 #pragma unroll(NT < 128 ? 1 : (ROWS + RP - 1) / RP)
         for (int k = 0; k < (ROWS + RP - 1) / RP; k++) {
             const int r = r0 + k * RP;
             if (ROWS % RP && r >= ROWS) break;
-            ff32_cp16(dst + r * SST + 4 * chunk(r, c4), g + k * RP * rs, 16);
+            const int ch = XOR_STEP ? cx ^ ((k * (RP / 4)) & 7) : chunk(r, c4);
+            ff32_cp16(dst + r * SST + 4 * ch, g + k * RP * rs, 16);
         }
     } else if (vec16) {
         /* fewer than 128 threads: the wgmma kernels' split warps, at 24 registers (unrolled, they spill) */

@@ -77,20 +77,36 @@ __device__ __forceinline__ uint32_t ff32_wg_sw(int r, int c)
 template <bool SPLIT, int NT, bool NARROW = (NT < 128)>
 __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *sk, int tid)
 {
-#pragma unroll(NARROW ? 1 : NT == 128 ? 8 : 2)
-    for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
-        const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
-        if (1024 % NT && idx >= 1024) break;
-        const float4 x = *reinterpret_cast<const float4 *>(rk + r * 64 + ((c ^ ((r >> 2) & 7)) << 2));
-        const int pos = (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
+    auto put = [&](const float4 &x, unsigned char *dst) {
         uint4 big, small;
         ff32_wg_split<SPLIT>(x.x, big.x, small.x);
         ff32_wg_split<SPLIT>(x.y, big.y, small.y);
         ff32_wg_split<SPLIT>(x.z, big.z, small.z);
         ff32_wg_split<SPLIT>(x.w, big.w, small.w);
-        const uint32_t off = ff32_wg_sw(pos, c);
-        *reinterpret_cast<uint4 *>(sk + off) = big;
-        if (SPLIT) *reinterpret_cast<uint4 *>(sk + ff32_wg_cfg<SPLIT>::PART + off) = small;
+        *reinterpret_cast<uint4 *>(dst) = big;
+        if (SPLIT) *reinterpret_cast<uint4 *>(dst + ff32_wg_cfg<SPLIT>::PART) = small;
+    };
+    constexpr int S = NT / 16; /* rows a pass */
+    if constexpr (!NARROW && 1024 % NT == 0 && S % 8 == 0 && (S & (S - 1)) == 0) {
+        /* A thread's rows r0 + S i keep r0's place in their group of 8 and their read swizzle's low bits: one base
+         * address each side, then fixed steps and a constant XOR (per-row index arithmetic was ~12 of the ~25
+         * instructions a row; run hc of docs/PERF-gpu-f32.md). (r0 + S i) / 4 = r0 / 4 + (S / 4) i without carries
+         * into the swizzle's 3 bits, since r0 / 4 < S / 4. */
+        const int r0 = tid >> 4, c = tid & 15, cx = c ^ ((r0 >> 2) & 7);
+        const int pos0 = (r0 & ~7) | ((r0 & 3) << 1) | ((r0 >> 2) & 1);
+        const float *src = rk + r0 * 64;
+        unsigned char *dst = sk + ff32_wg_sw(pos0, c);
+#pragma unroll(NT == 128 ? 8 : 4)
+        for (int i = 0; i < 1024 / NT; i++)
+            put(*reinterpret_cast<const float4 *>(src + i * S * 64 + ((cx ^ ((i * (S / 4)) & 7)) << 2)), dst + i * S * 128);
+    } else {
+#pragma unroll(NARROW ? 1 : 2)
+        for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
+            const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
+            if (1024 % NT && idx >= 1024) break;
+            const int pos = (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
+            put(*reinterpret_cast<const float4 *>(rk + r * 64 + ((c ^ ((r >> 2) & 7)) << 2)), sk + ff32_wg_sw(pos, c));
+        }
     }
 }
 template <bool SPLIT, int NT, bool NARROW = (NT < 128)>
