@@ -1,7 +1,7 @@
 /* cuda-flash-f32's tf32 and 3xtf32 modes on Hopper: wgmma (sm_90a), head dims up to 64.
  *
  * tf32 wgmma reads B only K-major from shared memory (no transposed form as for f16/bf16), so V has to be
- * transposed on its way in, and 3xtf32 needs the big (tf32-rounded) and small (the rest, rounded) parts of
+ * transposed on its way in, and 3xtf32 needs the big (truncated to tf32) and small (the rest) parts of
  * every operand. So each key tile goes twice through shared memory: cp.async copies K and V as they are
  * into a raw double buffer; then all threads split them into the wgmma tiles: K big/small (keys are rows,
  * d contiguous) and Vᵀ big/small (d rows, keys contiguous), both in the 128-byte-swizzled layout of
@@ -51,7 +51,7 @@ template <bool SPLIT> struct ff32_wg_cfg {
  * cvt.rna.tf32.f32, which made tf32 mode 11% slower in these kernels (run am of docs/PERF-gpu-f32.md).
  * 3xtf32: big = x truncated to tf32, small = x - big (exact in f32; the tensor cores read it truncated to its top 19
  * bits, bench/tf32_input.cu): two instructions an element against five for both parts rounded. The split's own error
- * grows from ~4e-8 to ~3e-7 of max|V| (a float64 model of the products), under the ~2e-6 that the products' accumulation
+ * grows from ~4e-8 to ~3e-7 of max|V| (bench/tf32_split_model.py), under the ~2e-6 that the products' accumulation
  * leaves (Run 12). big = x itself (the tensor cores truncate it alike) saves nothing, since small needs the truncated
  * value, and in P's split ptxas then serialised wg1's wgmmas (C7511). */
 __device__ __forceinline__ uint32_t ff32_wg_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
