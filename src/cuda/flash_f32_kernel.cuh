@@ -90,15 +90,23 @@ __device__ __forceinline__ float ff32_exp2(float x)
     return y;
 }
 
+/* The raw tiles' swizzle (ff32_load_tile's SWZ, read by flash_f32_wg.cuh's splits): 16-byte chunk c of row r sits
+ * at chunk c ^ ((r / 4) % 8). */
+__device__ __forceinline__ int ff32_raw_chunk(int r, int c) { return c ^ ((r >> 2) & 7); }
+/* ... and of row r0 + k S, from row r0's chunk cx = ff32_raw_chunk(r0, c), where r0 < S and S is a power of 2 and a
+ * multiple of 8: (r0 + k S) / 4 = r0 / 4 + k S / 4 without carries into the swizzle's 3 bits, so a constant XOR, and
+ * the compiler folds each row's address into a fixed offset (run hc of docs/PERF-gpu-f32.md). */
+template <int S> __device__ __forceinline__ int ff32_raw_chunk_step(int cx, int k) { return cx ^ ((k * (S / 4)) & 7); }
+
 /* Rows [0, ROWS) × cols [0, DB) of a tile into shared memory (row stride SST); rows >= nrows and
  * cols >= D are zero-filled. src points at the tile's row 0 (a valid row); rs = row stride.
- * SWZ: 16-byte chunk c of row r goes to chunk c ^ ((r / 4) % 8) (flash_f32_wg.cuh's raw tiles, whose 4x4
+ * SWZ: 16-byte chunk c of row r goes to chunk ff32_raw_chunk(r, c) (flash_f32_wg.cuh's raw tiles, whose 4x4
  * transposes then read without bank conflicts). */
 template <int ROWS, int DB, int SST, int NT, bool SWZ = false>
 __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, long long rs, int nrows, int D,
                                                int vec16, int tid)
 {
-    auto chunk = [](int r, int c4) { return SWZ ? c4 ^ ((r >> 2) & 7) : c4; }; /* 16-byte chunk c4 of row r */
+    auto chunk = [](int r, int c4) { return SWZ ? ff32_raw_chunk(r, c4) : c4; }; /* 16-byte chunk c4 of row r */
     constexpr int CH = DB / 4, RP = NT / CH; /* 16-byte chunks per row; rows per pass of NT threads */
     if (NT % CH == 0 && vec16 && nrows >= ROWS && D == DB) {
         /* a whole tile (every key tile but the last, D = DB): one base address per thread, then a fixed step; the
@@ -106,16 +114,13 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
          * wgmma kernels' split warps, a quarter of their time (Nsight Compute's source view, run cb) */
         const int r0 = tid / CH, c4 = tid % CH;
         const float *g = src + r0 * rs + 4 * c4;
-        /* SWZ with RP a power of 2 and a multiple of 8: (r0 + k RP) / 4 = r0 / 4 + k RP / 4 without carries into the
-         * swizzle's 3 bits (r0 / 4 < RP / 4), so row r0 + k RP's chunk is a constant XOR of row r0's: the compiler
-         * then folds each copy's shared address into a fixed offset (run hc) */
-        constexpr bool XOR_STEP = SWZ && RP % 8 == 0 && (RP & (RP - 1)) == 0;
+        constexpr bool XOR_STEP = SWZ && RP % 8 == 0 && (RP & (RP - 1)) == 0; /* see ff32_raw_chunk_step */
         const int cx = XOR_STEP ? chunk(r0, c4) : c4;
 #pragma unroll(NT < 128 ? 1 : (ROWS + RP - 1) / RP)
         for (int k = 0; k < (ROWS + RP - 1) / RP; k++) {
             const int r = r0 + k * RP;
             if (ROWS % RP && r >= ROWS) break;
-            const int ch = XOR_STEP ? cx ^ ((k * (RP / 4)) & 7) : chunk(r, c4);
+            const int ch = XOR_STEP ? ff32_raw_chunk_step<RP>(cx, k) : chunk(r, c4);
             ff32_cp16(dst + r * SST + 4 * ch, g + k * RP * rs, 16);
         }
     } else if (vec16) {
@@ -273,7 +278,8 @@ static inline void ff32_stagger_set(ff32_args *a, long long blocks, long long n_
     a->delay_from = sms;
     a->delay_to = 2LL * sms;
     if (dl && *dl) {
-        a->delay = atoi(dl) > 0 ? atoi(dl) : 0;
+        const int d = atoi(dl);
+        a->delay = d > 0 ? d : 0;
         a->delay_from = sms < blocks / 2 ? sms : blocks / 2;
         a->delay_to = a->delay_from + sms;
     } else if (fill && sms > 0 && n_kt <= 4 && blocks >= sms && blocks <= 4LL * sms) {

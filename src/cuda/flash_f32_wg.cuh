@@ -71,6 +71,9 @@ __device__ __forceinline__ uint32_t ff32_wg_sw(int r, int c)
     return (uint32_t)((c >> 3) * 64 * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+/* Where split K keeps key row r: position 2(r % 4) + (r / 4) % 2 of its group of 8 (see ff32_wg_split_k). */
+__device__ __forceinline__ int ff32_wg_key_pos(int r) { return (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1); }
+
 /* Raw tile -> split wgmma tiles, NT threads. K: row r (key) goes to position 2(r%4) + (r/4)%2 of its group
  * of 8. Vᵀ: a thread transposes 4x4 blocks (keys 4kb.., d 4c..), kb = index % 16, so that a quarter warp's
  * reads and writes hit 8 different 16-byte chunks. */
@@ -88,24 +91,26 @@ __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *
     };
     constexpr int S = NT / 16; /* rows a pass */
     if constexpr (!NARROW && 1024 % NT == 0 && S % 8 == 0 && (S & (S - 1)) == 0) {
-        /* A thread's rows r0 + S i keep r0's place in their group of 8 and their read swizzle's low bits: one base
-         * address each side, then fixed steps and a constant XOR (per-row index arithmetic was ~12 of the ~25
-         * instructions a row; run hc of docs/PERF-gpu-f32.md). (r0 + S i) / 4 = r0 / 4 + (S / 4) i without carries
-         * into the swizzle's 3 bits, since r0 / 4 < S / 4. */
+        /* A thread's rows r0 + S i keep r0's place in their group of 8 and, by ff32_raw_chunk_step, their read swizzle:
+         * one base address each side, then fixed steps (per-row index arithmetic was ~12 of the ~25 instructions a
+         * row; run hc of docs/PERF-gpu-f32.md). cx and pos0 are ff32_raw_chunk(r0, c) and ff32_wg_key_pos(r0) written
+         * out: through the helpers nvcc 13.0 schedules ff32_presplit_kernel differently (the same instructions), and
+         * that kernel's timings are of this form. */
         const int r0 = tid >> 4, c = tid & 15, cx = c ^ ((r0 >> 2) & 7);
         const int pos0 = (r0 & ~7) | ((r0 & 3) << 1) | ((r0 >> 2) & 1);
         const float *src = rk + r0 * 64;
         unsigned char *dst = sk + ff32_wg_sw(pos0, c);
 #pragma unroll(NT == 128 ? 8 : 4)
         for (int i = 0; i < 1024 / NT; i++)
-            put(*reinterpret_cast<const float4 *>(src + i * S * 64 + ((cx ^ ((i * (S / 4)) & 7)) << 2)), dst + i * S * 128);
+            put(*reinterpret_cast<const float4 *>(src + i * S * 64 + (ff32_raw_chunk_step<S>(cx, i) << 2)),
+                dst + i * S * 128);
     } else {
 #pragma unroll(NARROW ? 1 : 2)
         for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
             const int idx = tid + NT * i, r = idx >> 4, c = idx & 15;
             if (1024 % NT && idx >= 1024) break;
-            const int pos = (r & ~7) | ((r & 3) << 1) | ((r >> 2) & 1);
-            put(*reinterpret_cast<const float4 *>(rk + r * 64 + ((c ^ ((r >> 2) & 7)) << 2)), sk + ff32_wg_sw(pos, c));
+            put(*reinterpret_cast<const float4 *>(rk + r * 64 + (ff32_raw_chunk(r, c) << 2)),
+                sk + ff32_wg_sw(ff32_wg_key_pos(r), c));
         }
     }
 }
@@ -128,7 +133,7 @@ __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *
             if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
         };
         if constexpr (NARROW) { /* the producer's split warps at 24 registers: one column at a time */
-            const float *col = rv + 4 * kb * 64 + ((c ^ (kb & 7)) << 2);
+            const float *col = rv + 4 * kb * 64 + (ff32_raw_chunk(4 * kb, c) << 2);
 #pragma unroll 1
             for (int e = 0; e < 4; e++) put(e, col[e], col[64 + e], col[128 + e], col[192 + e]);
         } else {
@@ -136,7 +141,7 @@ __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int r = 4 * kb + j;
-                x[j] = *reinterpret_cast<const float4 *>(rv + r * 64 + ((c ^ (kb & 7)) << 2));
+                x[j] = *reinterpret_cast<const float4 *>(rv + r * 64 + (ff32_raw_chunk(4 * kb, c) << 2));
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
