@@ -100,10 +100,14 @@ __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *
         const int pos0 = (r0 & ~7) | ((r0 & 3) << 1) | ((r0 >> 2) & 1);
         const float *src = rk + r0 * 64;
         unsigned char *dst = sk + ff32_wg_sw(pos0, c);
-#pragma unroll(NT == 128 ? 8 : 4)
+        /* every load before the first store: ptxas cannot tell raw from split K apart, so a load after a store waits
+         * for it, and load-split-store row by row made 8 shared-memory round trips one after another */
+        float4 x[1024 / NT];
+#pragma unroll
         for (int i = 0; i < 1024 / NT; i++)
-            put(*reinterpret_cast<const float4 *>(src + i * S * 64 + (ff32_raw_chunk_step<S>(cx, i) << 2)),
-                dst + i * S * 128);
+            x[i] = *reinterpret_cast<const float4 *>(src + i * S * 64 + (ff32_raw_chunk_step<S>(cx, i) << 2));
+#pragma unroll
+        for (int i = 0; i < 1024 / NT; i++) put(x[i], dst + i * S * 128);
     } else {
 #pragma unroll(NARROW ? 1 : 2)
         for (int i = 0; i < (1024 + NT - 1) / NT; i++) {
@@ -117,37 +121,60 @@ __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *
 template <bool SPLIT, int NT, bool NARROW = (NT < 128)>
 __device__ __forceinline__ void ff32_wg_split_v(const float *rv, unsigned char *sv, int tid)
 {
-#pragma unroll(NARROW ? 1 : 4)
-    for (int i = 0; i < (256 + NT - 1) / NT; i++) {
-        const int idx = tid + NT * i, kb = idx & 15, c = idx >> 4;
-        if (256 % NT && idx >= 256) break;
-        /* keys 4kb..4kb+3 of column 4c + e, split, into their 16-byte chunk of Vᵀ */
-        auto put = [&](int e, float y0, float y1, float y2, float y3) {
-            uint4 big, small;
-            ff32_wg_split<SPLIT>(y0, big.x, small.x);
-            ff32_wg_split<SPLIT>(y1, big.y, small.y);
-            ff32_wg_split<SPLIT>(y2, big.z, small.z);
-            ff32_wg_split<SPLIT>(y3, big.w, small.w);
-            const uint32_t off = ff32_wg_sw(4 * c + e, kb);
-            *reinterpret_cast<uint4 *>(sv + off) = big;
-            if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
-        };
-        if constexpr (NARROW) { /* the producer's split warps at 24 registers: one column at a time */
+    constexpr int IT = (256 + NT - 1) / NT;
+    /* keys 4kb..4kb+3 of column 4c + e, split, into their 16-byte chunk of Vᵀ */
+    auto put = [&](int kb, int c, int e, float y0, float y1, float y2, float y3) {
+        uint4 big, small;
+        ff32_wg_split<SPLIT>(y0, big.x, small.x);
+        ff32_wg_split<SPLIT>(y1, big.y, small.y);
+        ff32_wg_split<SPLIT>(y2, big.z, small.z);
+        ff32_wg_split<SPLIT>(y3, big.w, small.w);
+        const uint32_t off = ff32_wg_sw(4 * c + e, kb);
+        *reinterpret_cast<uint4 *>(sv + off) = big;
+        if (SPLIT) *reinterpret_cast<uint4 *>(sv + ff32_wg_cfg<SPLIT>::PART + off) = small;
+    };
+    auto put4 = [&](int kb, int c, const float4 (&x)[4]) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            auto at = [&](const float4 &v) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; };
+            put(kb, c, e, at(x[0]), at(x[1]), at(x[2]), at(x[3]));
+        }
+    };
+    auto load4 = [&](int kb, int c, float4 (&x)[4]) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            x[j] = *reinterpret_cast<const float4 *>(rv + (4 * kb + j) * 64 + (ff32_raw_chunk(4 * kb, c) << 2));
+    };
+    if constexpr (NARROW) { /* the producer's split warps at 24 registers: one column at a time */
+#pragma unroll 1
+        for (int i = 0; i < IT; i++) {
+            const int idx = tid + NT * i, kb = idx & 15, c = idx >> 4;
+            if (256 % NT && idx >= 256) break;
             const float *col = rv + 4 * kb * 64 + (ff32_raw_chunk(4 * kb, c) << 2);
 #pragma unroll 1
-            for (int e = 0; e < 4; e++) put(e, col[e], col[64 + e], col[128 + e], col[192 + e]);
-        } else {
+            for (int e = 0; e < 4; e++) put(kb, c, e, col[e], col[64 + e], col[128 + e], col[192 + e]);
+        }
+    } else if constexpr (IT <= 2) {
+        /* every load before the first store (as in ff32_wg_split_k: a load after a store waits for it) */
+        float4 x[IT][4];
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int idx = tid + NT * i;
+            if (256 % NT == 0 || idx < 256) load4(idx & 15, idx >> 4, x[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int idx = tid + NT * i;
+            if (256 % NT == 0 || idx < 256) put4(idx & 15, idx >> 4, x[i]);
+        }
+    } else { /* the short-key kernel's split warps (56 registers): four loads at a time */
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int idx = tid + NT * i;
+            if (256 % NT && idx >= 256) break;
             float4 x[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int r = 4 * kb + j;
-                x[j] = *reinterpret_cast<const float4 *>(rv + r * 64 + (ff32_raw_chunk(4 * kb, c) << 2));
-            }
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                auto at = [&](const float4 &v) { return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w; };
-                put(e, at(x[0]), at(x[1]), at(x[2]), at(x[3]));
-            }
+            load4(idx & 15, idx >> 4, x);
+            put4(idx & 15, idx >> 4, x);
         }
     }
 }
