@@ -96,7 +96,7 @@ grep -E "FAIL|failures" "$OUT/test.log" | head -40
 {
     S="env FW_CUDA_PERSIST_BLOCKS=2 FW_F32_KV_SPLITS=3 FW_F32_WG1_STAGE0=1 FW_F32_DELAY=500 compute-sanitizer"
     echo "== memcheck"; timeout 150 $S --tool memcheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
-    echo "== racecheck"; timeout 150 $S --tool racecheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
+    echo "== racecheck"; timeout 300 $S --tool racecheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
     echo "== synccheck"; timeout 100 $S --tool synccheck "$BUILD/gpu_cuda_f32" --small 2>&1 | grep -E "=====|failures" | head -40
     echo "== every case, persistent kernels at 3 blocks, split-KV at 3 ranges, wg1's first tile staged, half the blocks late"
     FW_CUDA_PERSIST_BLOCKS=3 FW_F32_KV_SPLITS=3 FW_F32_WG1_STAGE0=1 FW_F32_DELAY=500 timeout 120 "$BUILD/gpu_cuda_f32" 2>&1 | grep -E "FAIL|failures"

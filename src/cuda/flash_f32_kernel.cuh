@@ -509,8 +509,13 @@ __device__ __forceinline__ unsigned ff32_tf32(float x)
 }
 template <bool SPLIT> __device__ __forceinline__ void ff32_split(float x, unsigned &big, unsigned &small)
 {
-    big = ff32_tf32(x);
-    small = SPLIT ? ff32_tf32(x - __uint_as_float(big)) : 0u;
+    if (SPLIT) { /* big rounded to nearest by integer ops, small = x - big exact (read truncated), 3 instructions */
+        big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+        small = __float_as_uint(x - __uint_as_float(big));
+    } else {
+        big = ff32_tf32(x);
+        small = 0u;
+    }
 }
 __device__ __forceinline__ void ff32_mma(float *c, const unsigned *a, unsigned b0, unsigned b1)
 {
