@@ -1,7 +1,9 @@
 """Reads the CSV that bench/ncu_source.sh exports (Nsight Compute's source page, SASS) and prints the sampled warp
 stalls: in total by reason, then per stretch of code (between the lines of --cut regexes, e.g. the split warps' loop),
 then the instructions with the most samples, each with its top reasons.
-  python3 bench/ncu_source.py src.csv [--top 40] [--from REGEX --to REGEX]"""
+  python3 bench/ncu_source.py src.csv [--top 40] [--from REGEX --to REGEX] [--regions]
+--regions: the samples per stretch of code between synchronising instructions (barriers, fences, wgmma waits and
+arrives, copy-group commits and waits), those with at least 0.4% of the samples, each with its top reasons."""
 import csv
 import re
 import sys
@@ -34,6 +36,19 @@ if '--from' in args:
     body_show = seg
 else:
     body_show = body
+if '--regions' in args:
+    mark = re.compile(r'BAR\.SYNC|WARPGROUP\.(DEPBAR|ARRIVE)|MEMBAR|LDGDEPBAR|DEPBAR\.LE SB0|EXIT')
+    start, cnt, acc, agg = body[0][0], 0, 0.0, dict.fromkeys(reasons, 0.0)
+    for r in body:
+        cnt += 1
+        acc += num(r, 'Warp Stall Sampling (All Samples)')
+        for h in reasons: agg[h] += num(r, h)
+        if mark.search(r[1]):
+            if acc >= 0.004 * tot:
+                rs = sorted(((v, h[6:]) for h, v in agg.items()), reverse=True)[:3]
+                print(f"  region {start[-5:]}-{r[0][-5:]} {cnt:5d} instructions {acc:6.0f} {100 * acc / tot:5.1f}%  ends "
+                      f"{r[1].strip()[:36]:36s} " + " ".join(f"{k} {v:.0f}" for v, k in rs if v > 0))
+            start, cnt, acc, agg = r[0], 0, 0.0, dict.fromkeys(reasons, 0.0)
 best = sorted(body_show, key=lambda r: -num(r, 'Warp Stall Sampling (All Samples)'))[:top]
 order = {id(r): i for i, r in enumerate(body)}
 for r in sorted(best, key=lambda r: order[id(r)]):

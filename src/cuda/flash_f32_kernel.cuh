@@ -507,10 +507,14 @@ __device__ __forceinline__ unsigned ff32_tf32(float x)
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(x));
     return y;
 }
+/* x rounded to tf32 (to nearest, ties away) by integer ops: 2 instructions, where cvt.rna.tf32.f32 took more time in
+ * the split (Run 13 of docs/PERF-gpu-f32.md) and in the wgmma kernels' tf32 mode (run am) */
+__device__ __forceinline__ unsigned ff32_round_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 template <bool SPLIT> __device__ __forceinline__ void ff32_split(float x, unsigned &big, unsigned &small)
 {
-    if (SPLIT) { /* big rounded to nearest by integer ops, small = x - big exact (read truncated), 3 instructions */
-        big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    if (SPLIT) { /* big rounded, small = x - big exact (the tensor cores read it truncated): 3 instructions, against 5
+                  * with cvt.rna for both; truncating big as ff32_wg_split does was slower here and erred more */
+        big = ff32_round_tf32(x);
         small = __float_as_uint(x - __uint_as_float(big));
     } else {
         big = ff32_tf32(x);

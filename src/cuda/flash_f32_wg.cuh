@@ -47,21 +47,21 @@ template <bool SPLIT> struct ff32_wg_cfg {
     static constexpr int QST = DB + 4; /* Q staging row stride (floats), in the split-Vᵀ area */
 };
 
-/* tf32 mode: x rounded to tf32 (to nearest, ties away) by integer ops, as ff32_split (flash_f32_kernel.cuh) does with
- * cvt.rna.tf32.f32, which made tf32 mode 11% slower in these kernels (run am of docs/PERF-gpu-f32.md).
+/* tf32 mode: x rounded to tf32 by integer ops (ff32_round_tf32; cvt.rna.tf32.f32, as ff32_split's tf32 mode has it, made
+ * tf32 mode 11% slower in these kernels: run am of docs/PERF-gpu-f32.md).
  * 3xtf32: big = x truncated to tf32, small = x - big (exact in f32; the tensor cores read it truncated to its top 19
  * bits, bench/tf32_input.cu): two instructions an element against five for both parts rounded. The split's own error
  * grows from ~4e-8 to ~3e-7 of max|V| (bench/tf32_split_model.py), under the ~2e-6 that the products' accumulation
  * leaves (Run 12). big = x itself (the tensor cores truncate it alike) saves nothing, since small needs the truncated
- * value, and in P's split ptxas then serialised wg1's wgmmas (C7511). */
-__device__ __forceinline__ uint32_t ff32_wg_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+ * value, and in P's split ptxas then serialised wg1's wgmmas (C7511). Big rounded (ff32_split's form, 3 instructions)
+ * erred less but was 1% slower at the short shapes (Run 13). */
 template <bool SPLIT> __device__ __forceinline__ void ff32_wg_split(float x, uint32_t &big, uint32_t &small)
 {
     if (SPLIT) {
         big = __float_as_uint(x) & 0xffffe000u;
         small = __float_as_uint(x - __uint_as_float(big));
     } else {
-        big = ff32_wg_round(x);
+        big = ff32_round_tf32(x);
     }
 }
 
