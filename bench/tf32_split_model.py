@@ -13,7 +13,7 @@ def trunc(x):
     return (np.asarray(x, np.float32).view(np.uint32) & MASK).view(np.float32)
 
 
-def rnd(x):  # to nearest, ties away, as ff32_wg_round
+def rnd(x):  # to nearest, ties away, as ff32_round_tf32 (flash_f32_kernel.cuh)
     return ((np.asarray(x, np.float32).view(np.uint32) + np.uint32(0x1000)) & MASK).view(np.float32)
 
 
