@@ -22,8 +22,8 @@ if [ -z "${FW_BUILD_DIR:-}" ] && [ "${FW_F32_ONLY:-1}" = 1 ]; then
     rm -rf "$SRC"; mkdir -p "$SRC"
     cp -r CMakeLists.txt include src tests bench tools "$SRC"/ 2>/dev/null
     [ -d harness ] && cp -r harness "$SRC"/
-    rm -f "$SRC"/src/cuda/flash_tc*.cu
-    cat > "$SRC/src/cuda/cuda_flash.cu" <<'STUB'
+    rm -f "$SRC"/src/backends/cuda/flash_tc*.cu
+    cat > "$SRC/src/backends/cuda/cuda_flash.cu" <<'STUB'
 #include "cuda_common.h"
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {

@@ -1,4 +1,4 @@
-# Generates src/cuda/wgmma.cuh (the wgmma wrappers' operand lists): python3 scripts/gen_wgmma.py
+# Generates src/backends/cuda/wgmma.cuh (the wgmma wrappers' operand lists): python3 scripts/gen_wgmma.py
 import os
 Ns = [64, 128]
 out = []

@@ -1,4 +1,4 @@
-/* GPU test of the CUDA backward (src/cuda/bwd_*.cu) against cpu-ref's float64 backward.
+/* GPU test of the CUDA backward (src/backends/cuda/bwd_*.cu) against cpu-ref's float64 backward.
  *
  * Every case: fresh random q, k, v, dO; the forward on the GPU (backend "auto") gives O and LSE (and
  * is itself checked); dq, dk, dv are poisoned (all bytes 0xff), then computed on the GPU four ways:
@@ -44,7 +44,7 @@
 #include "backends/backend.h"
 #include "core/dtype.h"
 #include "core/validate.h"
-#include "cuda/bwd_materialize.h"
+#include "backends/cuda/bwd_materialize.h"
 #include "flashwatt.h"
 
 #ifndef FW_HAVE_CUDA
@@ -61,7 +61,7 @@ void fw_cuda_workspace_reset_peak(void);
 fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 fw_status fw_cpu_tiled_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 
-/* --cpu: the same flow with every tensor on the host and src/cpu/cpu_bwd_tiled.c standing in for
+/* --cpu: the same flow with every tensor on the host and src/backends/cpu/cpu_bwd_tiled.c standing in for
  * fw_cuda_backward (f32 math, outputs rounded to the dtype, like the GPU kernels): a check of this
  * program's own logic (layouts, poison, tolerances) on a machine without a GPU. */
 static int use_cpu;

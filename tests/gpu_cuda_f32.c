@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include "cuda/cuda_common.h" /* fw_cuda_ws_cache_release */
+#include "backends/cuda/cuda_common.h" /* fw_cuda_ws_cache_release */
 #endif
 
 #ifndef FW_HAVE_CUDA

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include "flashwatt.h"
-#include "../core/problem.h"
+#include "core/problem.h"
 
 #ifdef __cplusplus
 extern "C" { /* the CUDA backends (.cu, compiled as C++) include this */

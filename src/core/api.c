@@ -8,8 +8,8 @@
 #include "flashwatt.h"
 #include "context.h"
 #include "validate.h"
-#include "../backends/backend.h"
-#include "../sched/sched.h"
+#include "backends/backend.h"
+#include "sched/sched.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)

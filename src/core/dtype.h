@@ -1,6 +1,6 @@
 /* Scalar conversions between float and the 16-bit storage types (IEEE half, bfloat16),
  * round-to-nearest-even, NaN and infinities preserved. Hot loops use the SIMD versions in
- * src/cpu/; these are the reference and the fallback. */
+ * src/backends/cpu/; these are the reference and the fallback. */
 #ifndef FW_DTYPE_H
 #define FW_DTYPE_H
 

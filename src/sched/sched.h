@@ -18,8 +18,8 @@
 #define FW_SCHED_H
 
 #include <stddef.h>
-#include "../backends/backend.h"
-#include "../core/context.h"
+#include "backends/backend.h"
+#include "core/context.h"
 #include "tuning_table.h"
 
 typedef enum { FW_PASS_FORWARD = 0, FW_PASS_BACKWARD = 1 } fw_pass;

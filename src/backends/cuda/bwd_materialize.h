@@ -27,7 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../backends/backend.h"
+#include "backends/backend.h"
 
 /* Auto-selection limit on the visible-or-not pairs of one slice (the lead tunes it from device runs). */
 #define FW_BWD_MATERIALIZE_MAX_PAIRS (2048LL * 2048LL) /* measured faster up to L = 2048 */

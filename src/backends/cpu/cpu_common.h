@@ -3,9 +3,9 @@
 #define FW_CPU_COMMON_H
 
 #include <stdint.h>
-#include "../core/dtype.h"
-#include "../core/problem.h"
-#include "../backends/backend.h"
+#include "core/dtype.h"
+#include "core/problem.h"
+#include "backends/backend.h"
 
 /* Flat element offset of (b, h, s, 0). */
 static inline int64_t fw_off(const int64_t st[4], int64_t b, int64_t h, int64_t s)

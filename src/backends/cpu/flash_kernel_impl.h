@@ -26,7 +26,7 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include "../core/dtype.h"
+#include "core/dtype.h"
 #include "flash_kernels.h"
 
 #define FW_PR (FW_SV * FWV_W)

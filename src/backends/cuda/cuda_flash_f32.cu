@@ -174,7 +174,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     return FW_OK;
 }
 
-extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* src/cuda/bwd_launch.cu */
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* src/backends/cuda/bwd_launch.cu */
 
 extern "C" const fw_backend fw_backend_cuda_flash_f32 = {
     "cuda-flash-f32",

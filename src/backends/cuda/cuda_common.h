@@ -4,7 +4,7 @@
 #define FW_CUDA_COMMON_H
 
 #include <cuda_runtime.h>
-#include "../backends/backend.h"
+#include "backends/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

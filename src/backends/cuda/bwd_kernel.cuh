@@ -1,4 +1,4 @@
-/* The CUDA backward (FlashAttention-2's algorithm, the GPU twin of src/cpu/cpu_bwd_tiled.c).
+/* The CUDA backward (FlashAttention-2's algorithm, the GPU twin of src/backends/cpu/cpu_bwd_tiled.c).
  *
  * Three steps, all on the caller's stream:
  *   1. preprocess (bwd_launch.cu): Δ_i = rowsum(dO_i ∘ O_i) in f32, one warp per row, into a
