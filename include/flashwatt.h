@@ -156,6 +156,86 @@ fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, const fw_te
                                 const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
                                 const fw_attn_params *params);
 
+/* ---- serving: ragged batches and KV caches --------------------------------------------------
+ * Sequences of different lengths packed without padding (FlashAttention's "varlen" convention):
+ * sequence b owns rows cu_seqlens[b] .. cu_seqlens[b+1] - 1 of a packed tensor, a tensor whose batch
+ * size is 1 and whose seq dimension is the total, e.g. fw_tensor_bshd(ptr, dt, dev, 1, H, total, D)
+ * for a (total, H, D) buffer. Offsets are int32 and live on the tensors' device. Masks apply per
+ * sequence exactly as in the dense call with that sequence's lengths (causal and windows aligned to
+ * its bottom-right corner); an empty sequence (equal offsets) is allowed and writes nothing.
+ *
+ * Values that live on the host (CPU tensors) are checked fully before anything runs: offsets that
+ * start at 0, never decrease, end at the packed length and stay within max_seqlen; cache lengths plus
+ * new tokens within the cache's capacity; block-table entries inside the page pool. Values on a CUDA
+ * device are not read by the host (no synchronisation, so the call can be captured into a CUDA graph
+ * and replayed while they change); the kernels clamp them instead and never touch memory outside the
+ * tensors: an offset outside [0, total] is clamped into it, a sequence longer than max_seqlen is cut
+ * to max_seqlen (its rows beyond are not written), keys beyond the cache's capacity and keys on a page
+ * index outside [0, num_pages) are treated as masked, and a new token that would land there is not
+ * written. Use fw_context_set_check_device_values(ctx, 1) while developing to have them checked on
+ * the host as well (a synchronising copy). */
+typedef struct fw_varlen {
+    int64_t batch;               /* number of sequences B >= 1 */
+    const int32_t *cu_seqlens_q; /* B + 1 offsets into q's and o's seq dimension */
+    const int32_t *cu_seqlens_k; /* B + 1 offsets into k's and v's seq dimension (varlen forward) */
+    int64_t max_seqlen_q;        /* >= every query length: sizes the launch */
+    int64_t max_seqlen_k;        /* >= every key length */
+} fw_varlen;
+
+/* Ragged forward: q, o (1, H, total_q, D); k, v (1, H_kv, total_k, D); lse (optional) float32
+ * (H, total_q) contiguous, FlashAttention's varlen layout. Every other rule as fw_attention_forward. */
+fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                      const fw_tensor *v, fw_tensor *o, float *lse,
+                                      const fw_varlen *seqs, const fw_attn_params *params);
+
+/* A KV cache, FlashAttention's flash_attn_with_kvcache layouts:
+ *   contiguous (block_table NULL): k, v (B, H_kv, capacity, D), e.g. a (B, capacity, H_kv, D)
+ *     buffer as fw_tensor_bshd(ptr, dt, dev, B, H_kv, capacity, D);
+ *   paged: k, v (num_pages, H_kv, page_size, D), e.g. a (num_pages, page_size, H_kv, D) pool as
+ *     fw_tensor_bshd(ptr, dt, dev, num_pages, H_kv, page_size, D), page_size 1..256; sequence b's
+ *     key j is on page block_table[b * block_table_stride + j / page_size], row j % page_size; pages
+ *     in any order, capacity = max_pages_per_seq * page_size.
+ * seqlens: cache_seqlens[B], int32, the tokens already in the cache of each sequence. */
+typedef struct fw_kv_cache {
+    fw_tensor k, v;
+    const int32_t *seqlens;
+    const int32_t *block_table; /* NULL: contiguous; else (B, max_pages_per_seq) int32 */
+    int64_t max_pages_per_seq;
+    int64_t block_table_stride; /* elements between the table's rows; 0 = max_pages_per_seq */
+} fw_kv_cache;
+
+/* New queries against a KV cache (decode, chunked prefill, speculative verification).
+ * q, o: (B, H, Lq, D), or packed (1, H, total_q, D) with q_seqs giving cu_seqlens_q (cu_seqlens_k
+ * and max_seqlen_k are unused there: the cache says them). k_new, v_new (both or neither): the new
+ * tokens' keys and values in q's geometry with H_kv heads; they are written into the cache at rows
+ * seqlens[b] .. seqlens[b] + Lq_b - 1 and attended to in the same call. Sequence b attends to its
+ * first seqlens[b] (+ Lq_b with k_new) cached keys; causal aligns each query to the end of them, so
+ * the last query sees every key. seqlens is not updated (the caller advances it). lse (optional):
+ * (B, H, Lq), or (H, total_q) with q_seqs. */
+fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
+                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o,
+                                       float *lse, const fw_varlen *q_seqs,
+                                       const fw_attn_params *params);
+
+/* CUDA graphs: device scratch the context's calls take instead of allocating (split-KV partials).
+ * With a workspace set, a ragged or cache call on the GPU neither allocates nor synchronises; its
+ * split plan depends only on host-known sizes (batch, heads, max_seqlen_q, the cache's capacity),
+ * and it takes fewer splits rather than more memory than given. NULL, 0 = allocate per call
+ * (stream-ordered). The memory stays the caller's. */
+fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t bytes);
+/* Bytes of workspace that calls up to these sizes take at most on ctx's device choice. */
+typedef struct fw_workspace_query {
+    fw_device device;
+    fw_dtype dtype;
+    int64_t max_batch, heads, kv_heads, head_dim;
+    int64_t max_seqlen_q; /* new queries per sequence (1 for decode) */
+    int64_t max_seqlen_k; /* keys per sequence: the cache's capacity */
+} fw_workspace_query;
+fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes);
+/* Debugging: also copy device-resident offsets, cache lengths and block tables to the host and
+ * check them as host values are checked (synchronises the stream; not for graph capture). */
+fw_status fw_context_set_check_device_values(fw_context *ctx, int check);
+
 /* ---- backends -------------------------------------------------------------------------- */
 typedef struct fw_backend_info {
     const char *name;

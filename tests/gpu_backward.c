@@ -348,7 +348,7 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 snprintf(cfg.name, sizeof cfg.name, "%s",
                          mode == 0 ? "bwd-deterministic" : mode == 4 ? "bwd-materialize" : "bwd-atomic");
                 fw_exec ex;
-                ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err;
+                ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err; ex.knobs = NULL;
                 st = use_cpu ? fw_cpu_tiled_backward(&p, &cfg, &ex) : fw_cuda_backward(&p, &cfg, &ex);
                 if (st == FW_OK && (mode == 0 || mode == 4)) { /* again: must be bit-identical */
                     void *first[3] = {malloc(r.q_elems * es), malloc(r.kv_elems * es), malloc(r.kv_elems * es)};
@@ -490,7 +490,7 @@ static fw_status time_backward(const fw_problem *p, const char *cfg_name, int re
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.name, sizeof cfg.name, "%s", cfg_name);
     fw_exec ex;
-    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = err_len;
+    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = err_len; ex.knobs = NULL;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));

@@ -162,7 +162,7 @@ static fw_status tb_run(tbuf *t, const char *name, int ci, fw_precision prec, cu
     memset(cfgs, 0, sizeof cfgs);
     int n = b->configs ? b->configs(&p, cfgs, FW_MAX_CONFIGS) : 1;
     if (ci >= n) { snprintf(msg, len, "config %d of %d", ci, n); return FW_ERR_INVALID_VALUE; }
-    fw_exec ex = {1, (void *)s, msg, len};
+    fw_exec ex = {1, (void *)s, msg, len, NULL};
     msg[0] = 0;
     return b->forward(&p, ci < 0 ? NULL : &cfgs[ci], &ex); /* ci < 0: the backend's own choice */
 }

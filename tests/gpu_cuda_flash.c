@@ -220,7 +220,7 @@ static int run_case(tcase *t, char *line, size_t len)
         fw_config cfg;
         memset(&cfg, 0, sizeof cfg);
         snprintf(cfg.name, sizeof cfg.name, "%s", t->config);
-        fw_exec ex = {1, NULL, msg, sizeof msg};
+        fw_exec ex = {1, NULL, msg, sizeof msg, NULL};
         msg[0] = 0;
         st = b->forward(&r.problem, &cfg, &ex);
 #ifdef FW_HAVE_CUDA

@@ -32,7 +32,7 @@ static int check_run(fw_run *r, const char *what, int threads, const fw_config *
         st = fw_run_forward(r, ctx);
     } else if (st == FW_OK) {
         char err[256] = "";
-        fw_exec ex = {threads, NULL, err, sizeof err};
+        fw_exec ex = {threads, NULL, err, sizeof err, NULL};
         const fw_backend *b = fw_registry_find("cpu-flash");
         st = b->forward(&r->problem, cfg, &ex);
     }

@@ -293,6 +293,7 @@ int fw_cmd_tune(int argc, char **argv)
             ta.ex.stream = NULL;
             ta.ex.err = msg;
             ta.ex.err_len = sizeof msg;
+            ta.ex.knobs = NULL;
             ta.cuda_index = dev.index;
             msg[0] = 0;
             /* probe: runs at all; error against the reference */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include "flashwatt.h"
 #include "core/problem.h"
+#include "core/knobs.h"
 
 #ifdef __cplusplus
 extern "C" { /* the CUDA backends (.cu, compiled as C++) include this */
@@ -29,7 +30,14 @@ typedef struct fw_exec {
     void *stream;       /* cudaStream_t or NULL */
     char *err;          /* backend writes a message here on failure */
     size_t err_len;
+    const fw_knobs *knobs; /* the context's environment knobs; NULL = defaults (fw_exec_knobs) */
 } fw_exec;
+
+/* The knobs a backend call runs with: the context's, or the defaults for callers without one. */
+static inline const fw_knobs *fw_exec_knobs(const fw_exec *ex)
+{
+    return ex && ex->knobs ? ex->knobs : &fw_knobs_defaults;
+}
 
 #define FW_MAX_CONFIGS 64
 

@@ -119,6 +119,7 @@ fw_status fw_context_create(fw_context **ctx)
     snprintf(c->backend, sizeof c->backend, "auto");
     c->policy = fw_policy_default();
     c->precision = FW_PRECISION_EXACT;
+    fw_knobs_read(&c->knobs);
     *ctx = c;
     return FW_OK;
 }
@@ -226,6 +227,26 @@ fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes)
     return FW_OK;
 }
 
+fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t bytes)
+{
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    if ((device_ptr == NULL) != (bytes == 0)) {
+        set_error(ctx, device_ptr ? "workspace bytes is 0 with a non-NULL pointer; pass NULL, 0 to unset it"
+                                  : "workspace pointer is NULL with bytes > 0; pass NULL, 0 to unset it");
+        return FW_ERR_INVALID_VALUE;
+    }
+    ctx->workspace = device_ptr;
+    ctx->workspace_bytes = bytes;
+    return FW_OK;
+}
+
+fw_status fw_context_set_check_device_values(fw_context *ctx, int check)
+{
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    ctx->check_device_values = check != 0;
+    return FW_OK;
+}
+
 const char *fw_context_last_error(const fw_context *ctx) { return ctx ? ctx->last_error : "ctx is NULL"; }
 
 const char *fw_context_last_backend(const fw_context *ctx)
@@ -264,6 +285,7 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     ex.stream = ctx->stream;
     ex.err = msg;
     ex.err_len = sizeof msg;
+    ex.knobs = &ctx->knobs;
     st = pass == FW_PASS_FORWARD ? b->forward(p, &cfg, &ex) : b->backward(p, &cfg, &ex);
     if (st != FW_OK) {
         char full[1024 + 96];
@@ -378,4 +400,32 @@ double fw_problem_pairs(const fw_problem *p)
 double fw_problem_flops(const fw_problem *p)
 {
     return 4.0 * (double)p->head_dim * fw_problem_pairs(p) * (double)p->batch * (double)p->heads;
+}
+
+/* ---- serving calls (implemented with their validation in a later change) ---------------------- */
+
+fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
+                                      fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
+{
+    (void)q; (void)k; (void)v; (void)o; (void)lse; (void)seqs; (void)params;
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    set_error(ctx, "fw_attention_varlen_forward is not implemented yet");
+    return FW_ERR_NOT_IMPLEMENTED;
+}
+
+fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
+                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
+                                       const fw_varlen *q_seqs, const fw_attn_params *params)
+{
+    (void)q; (void)cache; (void)k_new; (void)v_new; (void)o; (void)lse; (void)q_seqs; (void)params;
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    set_error(ctx, "fw_attention_kvcache_forward is not implemented yet");
+    return FW_ERR_NOT_IMPLEMENTED;
+}
+
+fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
+{
+    if (!ctx || !query || !bytes) return FW_ERR_NULL_ARGUMENT;
+    *bytes = 0;
+    return FW_OK;
 }

@@ -3,6 +3,7 @@
 #define FW_CONTEXT_H
 
 #include "flashwatt.h"
+#include "knobs.h"
 
 struct fw_sched_state; /* src/sched/sched.c: tuning table, telemetry, controllers, pacing event */
 
@@ -14,6 +15,10 @@ struct fw_context {
     int deterministic; /* backward without atomics (bit-identical run to run) */
     size_t memory_budget; /* device workspace budget in bytes; 0 = default */
     fw_policy policy;
+    fw_knobs knobs;   /* the environment, read at fw_context_create */
+    void *workspace;  /* device scratch reserved by the caller (fw_context_set_workspace) */
+    size_t workspace_bytes;
+    int check_device_values; /* fw_context_set_check_device_values */
     char last_error[1024];
     const char *last_backend;
     struct fw_sched_state *sched; /* created on the first scheduled call; NULL before */
