@@ -1,73 +1,16 @@
-#!/usr/bin/env bash
-# The CUDA backward on the device: its GPU test, compute-sanitizer memcheck + racecheck on a small run,
-# and forward+backward timings against PyTorch SDPA's flash and cudnn backends. Builds nothing: it
-# expects $FW_BUILD_DIR (default build/) built by bench/device.sh, with build/gpu_backward and
-# build/libflashwatt.so in it.
-#
-#   bash bench/device_bwd.sh
-#   env knobs: FW_BUILD_DIR (default build), FW_BWD_SKIP_TEST=1, FW_BWD_SKIP_SANITIZER=1,
-#              FW_BWD_SKIP_BENCH=1, FW_BWD_SKIP_TORCH=1, FW_BWD_TORCH_ARGS (e.g. "--quick"), FW_BWD_SKIP_API=1 (the test's
-#              API mode, for a build whose backend tables are not wired yet)
-# Expected run time on one H100/H200: about 5 minutes (each step has its own timeout: test 300 s,
-# each sanitizer 180 s, --bench 180 s, torch 300 s), so run it as its own device call.
-# Logs: $OUT/bwd/bwd.log (everything, short table last), $OUT/bwd/bwd_torch.json,
-#       $OUT/bwd/bwd_logs.tar.gz (each step's full log).
-set -u
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out-device}
-BWD_OUT="$OUT/bwd"
-mkdir -p "$BWD_OUT"
-BUILD=${FW_BUILD_DIR:-build}
-. bench/steps.sh "$BWD_OUT/bwd.log" "$BWD_OUT/bwd_logs.tar.gz"
+#!/usr/bin/env python3
+"""Forward+backward of bf16 causal attention on the FlashAttention grid (16k tokens: batch = 16384 / L;
+hidden 2048: heads = 2048 / D; D = 64 and 128, L = 1k..16k): PyTorch SDPA's flash (FlashAttention-2) and cudnn
+backends against flashwatt's autograd Function (python/flashwatt over libflashwatt.so), same process, same tensors.
+Each step is out = f(q, k, v); out.backward(dout). Two medians: single steps between two CUDA events (the host's
+path to the first launch counts as GPU time) and windows of back-to-back steps (the host runs ahead, as in a
+training loop). FLOPs: forward 4·B·H·L²·D / 2 (causal); forward+backward = 3.5 × forward (FlashAttention's count).
+Also prints how far flashwatt's gradients are from SDPA flash's, relative to max|g|.
 
-step "device_bwd: device"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1 | tee "$LOGS/nvidia-smi.txt"
-if [ ! -x "$BUILD/gpu_backward" ] || [ ! -f "$BUILD/libflashwatt.so" ]; then
-    echo "device_bwd: $BUILD/gpu_backward or $BUILD/libflashwatt.so missing (run bench/device.sh's build first)"
-    status=1
-    exit
-fi
-
-if [ "${FW_BWD_SKIP_TEST:-0}" != 1 ]; then
-    step "gpu_backward (every case vs cpu-ref's float64 backward)"
-    timeout 300 "$BUILD/gpu_backward" > "$LOGS/gpu_backward.log" 2>&1
-    rc=$?
-    grep -E "^FAIL" "$LOGS/gpu_backward.log" | head -40
-    tail -1 "$LOGS/gpu_backward.log"
-    echo "gpu_backward: exit $rc"
-    [ $rc = 0 ] || status=1
-fi
-
-if [ "${FW_BWD_SKIP_SANITIZER:-0}" != 1 ]; then
-    step "compute-sanitizer (gpu_backward --quick)"
-    CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    for tool in memcheck racecheck; do
-        timeout 180 "$CS" --tool $tool --error-exitcode 9 "$BUILD/gpu_backward" --quick > "$LOGS/sanitizer_$tool.log" 2>&1
-        rc=$?
-        echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed, [0-9]+ failed' "$LOGS/sanitizer_$tool.log" | tr '\n' ' ')"
-        [ $rc = 0 ] || { status=1; grep -E "^=========" "$LOGS/sanitizer_$tool.log" | head -30; }
-    done
-fi
-
-if [ "${FW_BWD_SKIP_BENCH:-0}" != 1 ]; then
-    step "gpu_backward --bench 3 (C-level: fwd via the API, fw_cuda_backward in both dQ modes)"
-    timeout 180 "$BUILD/gpu_backward" --bench 3 > "$LOGS/gpu_backward_bench.log" 2>&1
-    rc=$?
-    cat "$LOGS/gpu_backward_bench.log"
-    echo "gpu_backward --bench: exit $rc"
-    [ $rc = 0 ] || status=1
-fi
-
-if [ "${FW_BWD_SKIP_TORCH:-0}" != 1 ]; then
-    step "forward+backward timings vs PyTorch SDPA (bf16, causal, 16k tokens, hidden 2048)"
-    cat > "$LOGS/bwd_torch.py" <<'PYEOF'
-"""Forward+backward of bf16 causal attention: PyTorch SDPA (flash, cudnn) vs flashwatt's autograd
-Function (python/flashwatt over libflashwatt.so). 16k tokens (batch = 16384 / L), hidden 2048
-(heads = 2048 / D). Medians of CUDA-event timed single steps and of windows of back-to-back steps (out = f(q, k, v); out.backward(dout)).
-FLOPs: forward 4·B·H·L²·D / 2 (causal); forward+backward = 3.5 × forward (FlashAttention's count)."""
+    FLASHWATT_LIBRARY=build/libflashwatt.so python3 bench/sdpa_bwd.py [--quick] [--json OUT.json]
+"""
 import json, math, os, statistics, sys
-sys.path.insert(0, os.path.join(os.environ["FW_ROOT"], "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -179,13 +122,3 @@ for key, what in (("fwdbwd_ms", "single steps"), ("fwdbwd_win_ms", "windows of b
                 return f"{rb[key] / ra[key]:8.2f}x" if key in ra and key in rb else "     n/a"
             print(f"{D:>4} {L:>6} " + " ".join(f"{c:>22}" for c in cells) +
                   f"  {ratio('flashwatt', 'sdpa-flash')} {ratio('flashwatt', 'sdpa-cudnn')}     {ratio('flashwatt-det', 'sdpa-flash')}")
-PYEOF
-    PYTHONUNBUFFERED=1 FW_ROOT="$ROOT" FLASHWATT_LIBRARY="$ROOT/$BUILD/libflashwatt.so" \
-        timeout 300 python3 "$LOGS/bwd_torch.py" --json "$BWD_OUT/bwd_torch.json" ${FW_BWD_TORCH_ARGS:-} > "$LOGS/bwd_torch.log" 2>&1
-    rc=$?
-    echo "bwd_torch: exit $rc"
-    [ $rc = 0 ] || { status=1; tail -20 "$LOGS/bwd_torch.log"; }
-    grep -E "grads, max" "$LOGS/bwd_torch.log"
-    sed -n '/^bf16 causal fwd+bwd/,$p' "$LOGS/bwd_torch.log"   # the short tables, last
-fi
-echo "device_bwd.sh: exit $status"
