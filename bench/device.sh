@@ -76,7 +76,7 @@ OUT=${OUT:-$ROOT/out-device}
 mkdir -p "$OUT"
 LOGS=$(mktemp -d) # each step's log and results; archived as $OUT/logs.tar.gz at the end
 exec 3>&1 4>&2
-exec > >(tee -a "$OUT/device.log") 2>&1
+exec > >(tee "$OUT/device.log") 2>&1
 TEE_PID=$!
 STATUS=0
 ROWS=()
@@ -97,11 +97,15 @@ record() {
 }
 verdict() { [ "$1" = 0 ] && echo ok || echo FAIL; }
 last_line() { grep -v '^[[:space:]]*$' "$1" | tail -1 | cut -c1-90; }
-# logged LIMIT_S LOG CMD...: CMD under a time limit, its output into $LOGS/LOG; returns CMD's status (124: timed out)
+# logged LIMIT_S LOG CMD...: CMD under a time limit, its output into $LOGS/LOG; returns CMD's status (124: timed
+# out). CMD runs in the background and the script waits for it, so that a TERM reaches the trap below at once.
+CHILD=
 logged() {
     local lim=$1 log=$2
     shift 2
-    timeout -k 10 "$lim" "$@" > "$LOGS/$log" 2>&1
+    timeout -k 10 "$lim" "$@" > "$LOGS/$log" 2>&1 &
+    CHILD=$!
+    wait "$CHILD"
 }
 lib() { echo "$(cd "$BUILD" && pwd)/libflashwatt.so"; }
 # py LIMIT_S LOG SCRIPT ARGS...: a Python script with this build's library and package
@@ -111,27 +115,35 @@ py() {
     PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT/python" FLASHWATT_LIBRARY="$(lib)" logged "$lim" "$log" python3 "$@"
 }
 
-finish() {
-    echo
-    echo "=== summary ($(date -u +%H:%M:%S), ${SECONDS} s)"
+# save: the table so far and the logs into $OUT, after every command, so that a call cut short by the device's
+# time limit still brings back what it finished
+save() {
     {
         printf '%-34s %-4s %6s  %s\n' step ok time note
         [ ${#ROWS[@]} = 0 ] || printf '%s\n' "${ROWS[@]}"
-    } | tee "$OUT/summary.txt"
-    echo "device.sh: exit $STATUS; full logs in $OUT/logs.tar.gz"
+    } > "$OUT/summary.txt"
     tar -C "$LOGS" -czf "$OUT/logs.tar.gz" . 2>/dev/null
+}
+finish() {
+    save
+    echo
+    echo "=== summary ($(date -u +%H:%M:%S), ${SECONDS} s)"
+    cat "$OUT/summary.txt"
+    echo "device.sh: exit $STATUS; full logs in $OUT/logs.tar.gz"
     rm -rf "$LOGS"
     exec 1>&3 2>&4
     wait "$TEE_PID" 2>/dev/null
     exit $STATUS
 }
 trap finish EXIT
+trap 'STATUS=1; [ -z "$CHILD" ] || kill -TERM "$CHILD" 2>/dev/null; exit' TERM INT
 
 cmd_build() {
     step "build into $BUILD (Release; ptxas resource report in build.log)"
     local t0=$SECONDS
-    if logged 1500 build.log cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="-Xptxas -v" &&
-        timeout 1500 cmake --build "$BUILD" -j "$(nproc)" >> "$LOGS/build.log" 2>&1; then
+    # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
+    if logged 1500 build.log sh -c 'cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="-Xptxas -v" &&
+        cmake --build "$1" -j "$2"' sh "$BUILD" "$(nproc)"; then
         # C75xx: ptxas serialised a kernel's wgmmas (too few registers for their pipeline), which costs a
         # Hopper kernel tens of percent
         local spills serial
@@ -167,7 +179,7 @@ cmd_test() {
     need_build
     step "ctest -L gpu"
     local t0=$SECONDS rc
-    (cd "$BUILD" && timeout -k 10 1800 ctest -L gpu -V --timeout 900) > "$LOGS/ctest_gpu.log" 2>&1
+    logged 1800 ctest_gpu.log ctest --test-dir "$BUILD" -L gpu -V --timeout 900
     rc=$?
     grep -E "^ *[0-9]+/[0-9]+ Test +#|tests passed|tests failed" "$LOGS/ctest_gpu.log"
     record "ctest -L gpu" "$(verdict $rc)" $((SECONDS - t0)) "$(grep -E 'tests passed|tests failed' "$LOGS/ctest_gpu.log" | tail -1)"
@@ -432,4 +444,5 @@ echo "tree: src+include sha1 $(find src include -type f | sort | xargs cat | sha
 
 for c in "${CMDS[@]}"; do
     "cmd_$c"
+    save
 done
