@@ -1,6 +1,5 @@
-/* What the CUDA-runtime-only bench programs (launch_overhead.cu, memory_floor.cu, tf32_input.cu) share: the error
- * check, a float comparison for qsort, and the median time of a CUDA graph's replays (inline: not every program uses
- * them). */
+/* What the CUDA-runtime-only bench programs (launch_overhead.cu, memory_floor.cu) share: the error check, a float
+ * comparison for qsort, and the median time of a CUDA graph's replays (inline: not every program uses them). */
 #ifndef FW_BENCH_CUDA_BENCH_H
 #define FW_BENCH_CUDA_BENCH_H
 #include <cuda_runtime.h>

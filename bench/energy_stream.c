@@ -1,5 +1,5 @@
 /* energy_stream: a sustained stream of one attention problem under a power cap, for
- * bench/device_energy.sh part (b). Modes:
+ * `bench/device.sh energy`. Modes:
  *   sched          the product path: fw_attention_forward on an "auto" context with the policy
  *                  power-cap W (tuning table + controller + pacing in src/sched/sched.c)
  *   static-best    the fastest configuration in the tuning table whose measured average power is

@@ -1,9 +1,9 @@
 /* What a call costs the host before its kernel runs: the per-call time (event, the work, event; the host waits) of
  * an empty kernel alone and with each piece the cuda-flash-f32 persistent path adds per call (a workspace from a
  * stream-ordered pool, a memset of its flags, the free), medians of 400 after warm-up. Built as `launch_overhead`
- * with the CUDA backends; or on the GPU machine: nvcc -O2 -o /tmp/launch_overhead bench/launch_overhead.cu. What it
- * showed (H100, docs/PERF-gpu-f32.md "Run 8"): 6-7 µs a call for the kernel alone, +4-5 with the memset, +8 with
- * allocation, memset and free; so fw_cuda_ws_cached. */
+ * with the CUDA backends and run by `bench/device.sh floors`. On an H100 an empty kernel cost 6-7 µs a call, +4-5
+ * with the memset, +8 with allocation, memset and free (docs/PERF.md): hence the persistent kernels' workspace stays
+ * with its stream between calls (fw_cuda_ws_cached). */
 #include <time.h>
 #include "cuda_bench.h"
 

@@ -2,9 +2,8 @@
  * kernel must, read Q, K and V once and write O once (here O = Q + K + V, so that no read is dead), timed the way
  * tests/gpu_cuda_f32.c times device time: a CUDA graph of G calls whose inputs rotate over 4 copies (past the 50 MB L2),
  * the median replay over G. Also a device-to-device copy of 256 MB (the card's bandwidth ceiling, bytes read + written).
- * An attention kernel at these shapes cannot be faster than this floor; docs/PERF-gpu-f32.md "Run 9" sets it beside the
- * 3xtf32 kernels and a 3x target. Built as `memory_floor` with the CUDA backends; or on the GPU machine:
- * nvcc -O3 -gencode=arch=compute_90,code=sm_90 -o /tmp/memory_floor bench/memory_floor.cu */
+ * An attention kernel at these shapes cannot be faster than this floor; docs/PERF.md sets it beside the f32 kernels'
+ * measured floor at L=128. Built as `memory_floor` with the CUDA backends and run by `bench/device.sh floors`. */
 #include "cuda_bench.h"
 
 /* n4 float4 per tensor; each thread 4 float4 of each input in flight */

@@ -26,7 +26,8 @@ except ImportError:
     sys.stderr.write("plot.py: matplotlib is missing (pip install matplotlib); no plots made\n")
     sys.exit(3)
 
-# Ceilings from /work/shared/anchors (H200, measured 2026-11-26); override with flags.
+# An H200's ceilings (cuBLAS GEMM rates and copy bandwidth: docs/PERF.md "Ceilings"), so that a roofline has
+# something measured to sit under; pass another card's with --peak-tflops / --peak-gbps.
 ANCHOR_TFLOPS = {"bf16": 753.0, "f16": 752.0, "f32": 50.0, "tf32": 399.0}
 ANCHOR_GBPS = 4170.0
 

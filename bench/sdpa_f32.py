@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/device_f32.sh: times torch SDPA forced to `efficient` and `math` on the very
+"""PyTorch side of `bench/device.sh f32`: times torch SDPA forced to `efficient` and `math` on the very
 inputs gpu_cuda_f32 --bench wrote (raw float32, (B, H, L, D), H = 8), and measures their error against
 the same float64 reference (cpu-ref) the C side used. Prints RESULT lines in the C side's format."""
 import glob, os, re, sys

@@ -16,7 +16,8 @@ Prints a table (shape, backend, ms, TFLOP/s, ratio vs flash and cudnn) and write
 $OUT/torch_sdpa.json (or --json PATH).
 
     python3 bench/torch_sdpa.py [--quick] [--configs] [--reps N] [--json PATH]
-        --configs   also time every cuda-flash configuration (FW_CUDA_FLASH_CONFIG)
+        --configs   also time every cuda-flash configuration (FW_CUDA_FLASH_CONFIG; --cfg-match REGEX
+                    keeps the names it matches, e.g. '^w[gs]-' for the Hopper kernels)
         --check     compare outputs with a float64 reference on a few heads (L <= 2048)
 """
 from __future__ import annotations
@@ -25,18 +26,15 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-if "FLASHWATT_LIBRARY" not in os.environ:
-    for cand in ("build/libflashwatt.so", "build-cudatc/libflashwatt.so"):
-        p = os.path.join(ROOT, cand)
-        if os.path.exists(p):
-            os.environ["FLASHWATT_LIBRARY"] = p
-            break
+if "FLASHWATT_LIBRARY" not in os.environ and os.path.exists(os.path.join(ROOT, "build/libflashwatt.so")):
+    os.environ["FLASHWATT_LIBRARY"] = os.path.join(ROOT, "build/libflashwatt.so")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -55,8 +53,14 @@ def load_flashwatt():
     try:
         import flashwatt  # noqa: F401
 
-        def call(q, k, v, causal, backend):
-            return flashwatt.attention(q, k, v, causal=causal, backend=backend, layout="bhsd")
+        cfg_ctxs = {}
+
+        def call(q, k, v, causal, backend, config=None):
+            if config is None:
+                return flashwatt.attention(q, k, v, causal=causal, backend=backend, layout="bhsd")
+            if config not in cfg_ctxs:  # one context per configuration: knobs are read when a context is made
+                cfg_ctxs[config] = flashwatt.Context(backend=backend)
+            return cfg_ctxs[config].attention(q, k, v, causal=causal, layout="bhsd")
 
         names = []
         try:
@@ -96,13 +100,13 @@ def load_flashwatt():
         return Tensor(t.data_ptr(), dt, Dev(1, t.device.index or 0), (ctypes.c_int64 * 4)(*t.shape),
                       (ctypes.c_int64 * 4)(*t.stride()))
 
-    def call(q, k, v, causal, backend):
-        if backend not in ctxs:
+    def call(q, k, v, causal, backend, config=None):
+        if (backend, config) not in ctxs:  # one context per configuration: knobs are read when a context is made
             c = ctypes.c_void_p()
             lib.fw_context_create(ctypes.byref(c))
             lib.fw_context_set_backend(c, backend.encode())
-            ctxs[backend] = c
-        c = ctxs[backend]
+            ctxs[(backend, config)] = c
+        c = ctxs[(backend, config)]
         lib.fw_context_set_stream(c, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         o = torch.empty_like(q)
         prm = Params(0.0, 1 if causal else 0, -1, -1)
@@ -173,7 +177,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--sdpa", default="flash,cudnn,efficient,math")
-    ap.add_argument("--cfg-match", default="", help="--configs: only the configuration names containing this")
+    ap.add_argument("--cfg-match", default="", help="--configs: only the configuration names this regex matches")
     ap.add_argument("--fw", default="", help="flashwatt backends to time (default: every usable CUDA one)")
     args = ap.parse_args()
 
@@ -224,11 +228,11 @@ def main():
                     todo.append((name, run))
                 if args.configs:
                     hopper = torch.cuda.get_device_capability(dev) == (9, 0)
-                    for cfgname in [c for c in CONFIGS.get(D, []) if args.cfg_match in c
+                    for cfgname in [c for c in CONFIGS.get(D, []) if re.search(args.cfg_match, c)
                                     and (hopper or not c.startswith(("wg-", "ws-")))]:
                         def run(cfgname=cfgname):
                             os.environ["FW_CUDA_FLASH_CONFIG"] = cfgname
-                            return fw_call(q, k, v, causal, "cuda-flash")
+                            return fw_call(q, k, v, causal, "cuda-flash", cfgname)
                         todo.append(("cuda-flash:" + cfgname, run))
                 ok = []
                 for name, run in todo:

@@ -457,7 +457,8 @@ static double time_run(tbuf *t, const char *name, int ci, fw_precision prec, int
 /* Device time per call: a CUDA graph of G calls, the inputs rotating over NSET copies (NSET·(Q,K,V,O) is 67 MB or
  * more at every bench shape, past the 50 MB L2, so a call does not find the last one's inputs cached), replayed R times;
  * median replay / G. This takes the host's launch work out of the number (time_run keeps it in: one call from a
- * host that waits), as METHOD.md asks for short launches; bench/sdpa_f32.py times PyTorch the same way. */
+ * host that waits), which at the short shapes is much of a call (docs/PERF.md, method); bench/sdpa_f32.py times
+ * PyTorch the same way. */
 #define NSET 4
 static double time_graph(tbuf *t, const char *name, int ci, fw_precision prec, double per_call_ms)
 {

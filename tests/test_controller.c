@@ -34,8 +34,8 @@ static fw_frontier_point k_pts[NPTS] = {
 /* (J/call = W x ms here: each slower rung draws >= 5 % less and uses <= 5 % more J than B, the
  * least-energy rung above it: D is +4.3 %.) */
 
-/* Shaped like the H200 bucket B=16 H=8 L=1024 D=64 f16 (docs/runs/h200-2026-11-26-tuning.txt,
- * rounded): every kernel draws 660-745 W back to back, so energy follows time. HS (a slow kernel at
+/* Shaped like an H200's tuning-table bucket B=16 H=8 L=1024 D=64 f16 (measured, rounded; docs/ENERGY.md):
+ * every kernel draws 660-745 W back to back, so energy follows time. HS (a slow kernel at
  * 526 W, 2.69 J) is made up after cuda-tiled of the f32 bucket: low enough in power to pass the
  * power margin, but 31x the energy. The old ladder (strictly lower power) was HA HB HC HN HS; the
  * energy-aware one is HA HB: HC and HN are < 5 % below HB in power, HS fails on J/call. */

@@ -1,5 +1,5 @@
-/* The named workloads. Shapes follow /work/shared/anchors (seed000 = "seed", seed003, fa-grid)
- * so that flashwatt's numbers sit beside the anchor tables row for row. */
+/* The named workloads: the shapes of the anchor tables (PyTorch SDPA on the seed shapes "seed" and seed003,
+ * FlashAttention's grid, ggml's CPU rows), so that flashwatt's numbers sit beside them row for row. */
 #include <stdio.h>
 #include <string.h>
 #include "suites.h"

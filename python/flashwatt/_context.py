@@ -28,7 +28,8 @@ class Context:
             no budget. With a budget, the CUDA backward of short sequences may store the attention
             matrices instead of recomputing them (the "recompute strategy" knob).
         deterministic: backward only. True: bit-identical gradients run to run (the GPU computes dQ in
-            a separate pass without atomics, slower). False (default): dQ by atomics on the GPU, as
+            a separate pass without atomics). False (default): whichever is faster; on Hopper that is
+            the same separate pass (its wgmma kernels), elsewhere dQ added with atomics, as
             FlashAttention-2. CPU backends are deterministic either way.
 
     A context is not meant to be shared by threads running calls at the same time (its last error

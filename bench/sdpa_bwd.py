@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Forward+backward of bf16 causal attention on the FlashAttention grid (16k tokens: batch = 16384 / L;
+hidden 2048: heads = 2048 / D; D = 64 and 128, L = 1k..16k): PyTorch SDPA's flash (FlashAttention-2) and cudnn
+backends against flashwatt's autograd Function (python/flashwatt over libflashwatt.so), same process, same tensors.
+Each step is out = f(q, k, v); out.backward(dout). Two medians: single steps between two CUDA events (the host's
+path to the first launch counts as GPU time) and windows of back-to-back steps (the host runs ahead, as in a
+training loop). FLOPs: forward 4·B·H·L²·D / 2 (causal); forward+backward = 3.5 × forward (FlashAttention's count).
+Also prints how far flashwatt's gradients are from SDPA flash's, relative to max|g|.
+
+    FLASHWATT_LIBRARY=build/libflashwatt.so python3 bench/sdpa_bwd.py [--quick] [--json OUT.json]
+"""
+import json, math, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+quick = "--quick" in sys.argv
+json_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+try:
+    import flashwatt
+    fw_err = None
+except Exception as e:  # noqa: BLE001
+    flashwatt, fw_err = None, repr(e)
+print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}, flashwatt: {'ok' if flashwatt else fw_err}")
+
+def sdpa(backend):
+    def f(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return f
+
+fns = {"sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+if flashwatt:  # the library's default (atomic dQ) and a deterministic context
+    fns["flashwatt"] = lambda q, k, v: flashwatt.attention(q, k, v, causal=True)
+    det_ctx = flashwatt.Context(deterministic=True)
+    fns["flashwatt-det"] = lambda q, k, v: det_ctx.attention(q, k, v, causal=True)
+
+def time_it(fn, q, k, v, dout, bwd, budget_s=1.0, min_reps=3, max_reps=30):
+    """(median of single steps, median of per-step times over windows of back-to-back steps), ms.
+    A single step between two events also charges the host's time to its first launch (Python and
+    ctypes for flashwatt, the dispatcher for SDPA) as GPU time; in a window the host runs ahead
+    (asynchronous launches, as in a training loop), so the window's figure is the GPU's."""
+    def once():
+        q.grad = k.grad = v.grad = None
+        if bwd:
+            fn(q, k, v).backward(dout)
+        else:
+            with torch.no_grad():
+                fn(q, k, v)
+    once(); torch.cuda.synchronize()  # warm-up (and first-call setup)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); once(); e.record(); e.synchronize()
+    est = max(s.elapsed_time(e), 1e-3)
+    reps = int(min(max_reps, max(min_reps, budget_s * 1e3 / est)))
+    ts = []
+    for _ in range(reps):
+        s.record(); once(); e.record(); e.synchronize()
+        ts.append(s.elapsed_time(e))
+    per_window = max(2, int(math.ceil(5.0 / est)))  # ~5 ms of steps per window
+    ws = []
+    for _ in range(max(3, reps // 3)):
+        s.record()
+        for _ in range(per_window):
+            once()
+        e.record(); e.synchronize()
+        ws.append(s.elapsed_time(e) / per_window)
+    return statistics.median(ts), statistics.median(ws)
+
+results = []
+Ls = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
+for D in (64, 128):
+    for L in Ls:
+        B, H = 16384 // L, 2048 // D
+        torch.manual_seed(0)
+        mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16).requires_grad_(True)
+        q, k, v = mk(), mk(), mk()
+        dout = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16)
+        fwd_flops = 4.0 * B * H * L * L * D / 2
+        grads = {}
+        for name, fn in fns.items():
+            row = {"D": D, "L": L, "B": B, "H": H, "backend": name}
+            try:
+                q.grad = k.grad = v.grad = None
+                fn(q, k, v).backward(dout)
+                torch.cuda.synchronize()
+                grads[name] = (q.grad.float().clone(), k.grad.float().clone(), v.grad.float().clone())
+                row["fwd_ms"], row["fwd_win_ms"] = time_it(fn, q, k, v, dout, bwd=False)
+                row["fwdbwd_ms"], row["fwdbwd_win_ms"] = time_it(fn, q, k, v, dout, bwd=True)
+                row["bwd_ms"] = row["fwdbwd_ms"] - row["fwd_ms"]
+                row["tflops"] = 3.5 * fwd_flops / (row["fwdbwd_ms"] * 1e-3) / 1e12
+                row["tflops_win"] = 3.5 * fwd_flops / (row["fwdbwd_win_ms"] * 1e-3) / 1e12
+            except Exception as e:  # noqa: BLE001
+                row["error"] = repr(e)[:300]
+                torch.cuda.synchronize()
+            results.append(row)
+            print(json.dumps(row), flush=True)
+        if "flashwatt" in grads and "sdpa-flash" in grads:  # agreement of the gradients, relative to max|g|
+            d = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(grads["flashwatt"], grads["sdpa-flash"])]
+            print(f"  D{D} L{L}: flashwatt vs sdpa-flash grads, max|diff|/max|g|: dq {d[0]:.2e} dk {d[1]:.2e} dv {d[2]:.2e}", flush=True)
+        del q, k, v, dout, grads
+        torch.cuda.empty_cache()
+
+if json_path:
+    with open(json_path, "w") as f:
+        json.dump(results, f, indent=1)
+for key, what in (("fwdbwd_ms", "single steps"), ("fwdbwd_win_ms", "windows of back-to-back steps")):
+    print()
+    print(f"bf16 causal fwd+bwd, 16k tokens, hidden 2048, {what}: ms (TFLOP/s at 3.5x the causal forward's FLOPs)")
+    names = list(fns)
+    print(f"{'D':>4} {'L':>6} " + " ".join(f"{n:>22}" for n in names) + "  vs_flash  vs_cudnn  det_vs_flash  (speed = t(anchor) / t(flashwatt))")
+    for D in (64, 128):
+        for L in Ls:
+            rows = {r["backend"]: r for r in results if r["D"] == D and r["L"] == L}
+            cells = []
+            for n in names:
+                r = rows.get(n, {})
+                cells.append(f"{r[key]:9.3f} ({3.5 * 4.0 * r['B'] * r['H'] * L * L * D / 2 / (r[key] * 1e-3) / 1e12:6.1f})"
+                             if key in r else f"{'error':>22}")
+            def ratio(a, b):
+                ra, rb = rows.get(a, {}), rows.get(b, {})
+                return f"{rb[key] / ra[key]:8.2f}x" if key in ra and key in rb else "     n/a"
+            print(f"{D:>4} {L:>6} " + " ".join(f"{c:>22}" for c in cells) +
+                  f"  {ratio('flashwatt', 'sdpa-flash')} {ratio('flashwatt', 'sdpa-cudnn')}     {ratio('flashwatt-det', 'sdpa-flash')}")
