@@ -22,9 +22,9 @@ if [ -z "${FW_BUILD_DIR:-}" ] && [ "${FW_F32_ONLY:-1}" = 1 ]; then
     rm -rf "$SRC"; mkdir -p "$SRC"
     cp -r CMakeLists.txt include src tests bench tools "$SRC"/ 2>/dev/null
     [ -d harness ] && cp -r harness "$SRC"/
-    rm -f "$SRC"/src/backends/cuda/flash_tc*.cu
-    cat > "$SRC/src/backends/cuda/cuda_flash.cu" <<'STUB'
-#include "cuda_common.h"
+    rm -f "$SRC"/src/backends/cuda/generated/fwd_*.cu "$SRC"/src/backends/cuda/fwd/*.cu
+    cat > "$SRC/src/backends/cuda/fwd/cuda_flash.cu" <<'STUB'
+#include "backends/cuda/common/cuda_common.h"
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
     (void)p;
