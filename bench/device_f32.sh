@@ -58,7 +58,7 @@ fi
 echo "ptxas: $(grep -c 'bytes spill' "$OUT/build.log") kernels reported, nonzero spills:"
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
 # C75xx: ptxas serialised a kernel's wgmmas (too few registers for their pipeline: 3xtf32 wg1 +28% at L = 128 when
-# it happened, docs/PERF-gpu-f32.md Run 12)
+# it happened, docs/PERF-gpu-f32.md)
 echo "ptxas wgmma serialisations (C75xx): $(grep -c 'C75[0-9][0-9]' "$OUT/build.log")"
 grep -o "C75[0-9][0-9].*function '[^']*'" "$OUT/build.log" | sort -u | head
 

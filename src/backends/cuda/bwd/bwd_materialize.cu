@@ -201,7 +201,7 @@ extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *c
     if (cfg && !strcmp(cfg->name, "bwd-materialize")) return 1;
     if (cfg && !strncmp(cfg->name, "bwd-", 4)) return 0; /* "bwd-atomic", "bwd-deterministic": recompute */
     if (p->memory_budget == 0) return 0;
-    /* Where it was measured faster (H100, 2026-11-26, docs/PERF-gpu-bwd.md): only against the
+    /* Where it was measured faster (H100, docs/PERF-gpu-bwd.md): only against the
      * deterministic f32 CUDA-core recompute at head_dim > 64 (1.6-1.7x at L 256..2048). The tensor-core
      * recompute (f16/bf16) was 2.7-4.7x faster than storing, and so was every atomic recompute. */
     if (!p->deterministic || p->dtype != FW_F32 || p->head_dim <= 64) return 0;

@@ -73,7 +73,7 @@ FW_BWD_TC_DECLARE(128)
 #define FW_BWD_TC_DET_DEFAULT_64 10
 #define FW_BWD_TC_DET_DEFAULT_128 8
 /* At head_dim 64 and seqlen_k <= 1024 the 128-row dK/dV steps of variant 7 (cp.async, dQ pass without the
- * producer warpgroup) were 5% faster than variant 10 in two runs (H100, runs u and y), at 2048 even. */
+ * producer warpgroup) were 5% faster than variant 10 in two runs on an H100, at 2048 even. */
 #define FW_BWD_TC_DET_SHORT_64 7
 #define FW_BWD_TC_DET_SHORT_LK_64 1024
 /* Where a default is a wgmma variant and the device is not compute capability 9.0. */

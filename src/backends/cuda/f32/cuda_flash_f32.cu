@@ -86,16 +86,16 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     const int cnt = ff32_table(p->head_dim, variant, &t);
     int ci = 0; /* the first that runs here; or found by its name (with or without the precision prefix) or tile shape */
     while (ci + 1 < cnt && !ff32_cfg_runs(&t[ci], p->device.index, k)) ci++;
-    /* The wgmma kernels (entries 0-4 and 9 of the head-dim-64 table, docs/PERF-gpu-f32.md "Run 4" to "Run 10"): at most
-     * four key tiles (two until Run 10, where `wg1` passed `wg` at L = 256 once it staged its first tile), or a problem
+    /* The wgmma kernels (entries 0-4 and 9 of the head-dim-64 table, docs/PERF-gpu-f32.md): at most
+     * four key tiles (two before `wg1` staged its first tile and so passed `wg` at L = 256), or a problem
      * whose 128-row blocks would not fill the SMs and keys of at most 16 tiles (its 3xtf32 P·V accumulates in O: 7.6e-6
-     * at 16 tiles, see FF32_SHORT_TILES), the one-warpgroup kernel with split-KV (entry 9, "wg1": Run 9, 3xtf32 7-30%
+     * at 16 tiles, see FF32_SHORT_TILES), the one-warpgroup kernel with split-KV (entry 9, "wg1": 3xtf32 7-30%
      * faster at L = 128 and B = 1); short keys (where there is no wg1), the in-block split (entry 1: 20-25% faster at
      * L <= 256); fewer than n_kt/2 query blocks per kv head to share
      * the split (Lk much longer than Lq), the pre-pass kernel (entry 2); no mask and at most 8 rounds of query blocks
      * per SM, the persistent kernel (entry 3: with the consumers' ping-pong 5-13% faster than the others at L = 512 /
-     * 1024 in both modes, run bq), in its short-key form where the keys are at most FF32_SHORT_TILES tiles (entry 4:
-     * 3-7% faster at L = 512, runs bv and by); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
+     * 1024 in both modes), in its short-key form where the keys are at most FF32_SHORT_TILES tiles (entry 4:
+     * 3-7% faster at L = 512); else tf32 the pre-pass kernel (its tiles are half the size) and 3xtf32 the
      * in-kernel shared split (entry 0). */
     fw_cuda_device_info di;
     const int sms = fw_cuda_device_facts(p->device.index, &di) ? di.sm_count : 0; /* 0: not known */

@@ -1,5 +1,5 @@
 /* cuda-flash-f32, head-dim bucket 256 (head_dim in (128, 256], zero-padded to 256). See flash_f32_kernel.cuh.
- * Entry 0 of each table is the default (the fastest measured: H100 run 2 of docs/PERF-gpu-f32.md). */
+ * Entry 0 of each table is the default (the fastest measured: H100, docs/PERF-gpu-f32.md). */
 #include "backends/cuda/f32/flash_f32_kernel.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {

@@ -1,16 +1,16 @@
 /* cuda-flash-f32, head-dim bucket 64 (head_dim in (32, 64], zero-padded to 64). See flash_f32_kernel.cuh.
- * Entry 0 of each table is the default (the fastest measured: H100 run 2 of docs/PERF-gpu-f32.md; the tensor-core
+ * Entry 0 of each table is the default (the fastest measured: H100, docs/PERF-gpu-f32.md; the tensor-core
  * modes' wgmma kernels, entries 0-4, run on compute capability 9.0 only: elsewhere the first mma.sync entry is). */
 #include "backends/cuda/f32/flash_f32_kernel.cuh"
 #include "backends/cuda/f32/flash_f32_wg.cuh"
 
 static const ff32_cfg_info exact_cfgs[] = {
     {"bm128-bn64-tm8-kv1", 128, 64, 4, 0, 0},
-    {"bm64-bn64-tm4-kv1", 64, 64, 4, 0, 2}, /* L=128 (128 query blocks of 128 rows on 132 SMs): 16% faster (run bh) */
+    {"bm64-bn64-tm4-kv1", 64, 64, 4, 0, 2}, /* L=128 (128 query blocks of 128 rows on 132 SMs): 16% faster */
     {"bm128-bn32-tm8-kv1", 128, 32, 4, 0, 0},
     {"bm64-bn64-tm4", 64, 64, 4, 0, 0},
     {"bm64-bn32-tm4", 64, 32, 4, 0, 0},
-    /* B=1, L=128 and 512 (16 and 64 query blocks of 64 rows on 132 SMs): 26% and 23% faster than bm64 (run ce) */
+    /* B=1, L=128 and 512 (16 and 64 query blocks of 64 rows on 132 SMs): 26% and 23% faster than bm64 */
     {"bm32-bn64-tm2-kv1", 32, 64, 4, 0, 1},
 };
 static const ff32_cfg_info tc_cfgs[] = {
@@ -40,7 +40,7 @@ cudaError_t ff32_launch_d64(int variant, int cfg, const ff32_args *a, int batch,
 {
     if (variant == 0) {
         switch (cfg) {
-        case 0: return ff32_launch_exact<64, 128, 64, 8, 2, true>(a, batch, s, k); /* Q·Kᵀ loop unrolled by 2: 1-2% faster than 4 (run aa) */
+        case 0: return ff32_launch_exact<64, 128, 64, 8, 2, true>(a, batch, s, k); /* Q·Kᵀ loop unrolled by 2: 1-2% faster than 4 */
         case 1: return ff32_launch_exact<64, 64, 64, 4, 4, true>(a, batch, s, k);
         case 2: return ff32_launch_exact<64, 128, 32, 8, 4, true>(a, batch, s, k);
         case 3: return ff32_launch_exact<64, 64, 64, 4, 4, false>(a, batch, s, k);

@@ -52,7 +52,7 @@ struct ff32_cfg_info {
                      * block_m that qualifies wins (short sequences, small batches: more and shorter blocks) */
 };
 /* The persistent wgmma kernel's short-key form (config wsps, Lk <= FF32_SHORT_TILES x 64): its split warps get 56
- * registers instead of 24 (a key tile split in ~9 µs instead of ~11: docs/PERF-gpu-f32.md "Run 6"), which the consumers
+ * registers instead of 24 (a key tile split in ~9 µs instead of ~11: docs/PERF-gpu-f32.md), which the consumers
  * pay with the separate P·V accumulator of 3xtf32 (FRESH_PV in flash_f32_wg.cuh): without it the tensor cores'
  * accumulation into O erred 3.8e-6 at 8 key tiles, 7.6e-6 at 16 and 1.2e-5 at 32. */
 #define FF32_SHORT_TILES 8
@@ -96,7 +96,7 @@ __device__ __forceinline__ float ff32_exp2(float x)
 __device__ __forceinline__ int ff32_raw_chunk(int r, int c) { return c ^ ((r >> 2) & 7); }
 /* ... and of row r0 + k S, from row r0's chunk cx = ff32_raw_chunk(r0, c), where r0 < S and S is a power of 2 and a
  * multiple of 8: (r0 + k S) / 4 = r0 / 4 + k S / 4 without carries into the swizzle's 3 bits, so a constant XOR, and
- * the compiler folds each row's address into a fixed offset (run hc of docs/PERF-gpu-f32.md). */
+ * the compiler folds each row's address into a fixed offset (docs/PERF-gpu-f32.md). */
 template <int S> __device__ __forceinline__ int ff32_raw_chunk_step(int cx, int k) { return cx ^ ((k * (S / 4)) & 7); }
 
 /* Rows [0, ROWS) × cols [0, DB) of a tile into shared memory (row stride SST); rows >= nrows and
@@ -112,7 +112,7 @@ __device__ __forceinline__ void ff32_load_tile(float *dst, const float *src, lon
     if (NT % CH == 0 && vec16 && nrows >= ROWS && D == DB) {
         /* a whole tile (every key tile but the last, D = DB): one base address per thread, then a fixed step; the
          * checked loop below costs ~20 instructions a copy, 3-4% of the exact kernel's instructions, and ~45 in the
-         * wgmma kernels' split warps, a quarter of their time (Nsight Compute's source view, run cb) */
+         * wgmma kernels' split warps, a quarter of their time (Nsight Compute's source view) */
         const int r0 = tid / CH, c4 = tid % CH;
         const float *g = src + r0 * rs + 4 * c4;
         constexpr bool XOR_STEP = SWZ && RP % 8 == 0 && (RP & (RP - 1)) == 0; /* see ff32_raw_chunk_step */
@@ -332,12 +332,12 @@ __global__ void __launch_bounds__(ff32_exact_cfg<DB, BM, BN, TM, KV1>::NT)
     }
 
     /* Q as it is (S is scaled instead), copied like K: loaded through registers to be pre-scaled, its wait was 16% of
-     * the samples at L=128 (Nsight Compute's source view, run cb) */
+     * the samples at L=128 (Nsight Compute's source view) */
     ff32_load_tile<BM, DB, QST, NT>(Qs, qp, a.qs[2], rows, a.D, a.vec16, tid);
     if (t_begin < t_end) {
         const int n0 = t_begin * BN;
         ff32_load_tile<BN, DB, KST, NT>(Ks, kp + (long long)n0 * a.ks[2], a.ks[2], a.Lk - n0, a.D, a.vec16, tid);
-        if (!KV1) /* KV1: V(t_begin) in the loop, as every V; in the prologue 0.5-1% slower at every L (run bk) */
+        if (!KV1) /* KV1: V(t_begin) in the loop, as every V; in the prologue 0.5-1% slower at every L */
             ff32_load_tile<BN, DB, VST, NT>(Vs, vp + (long long)n0 * a.vs[2], a.vs[2], a.Lk - n0, a.D, a.vec16, tid);
     }
     ff32_commit();
@@ -507,7 +507,7 @@ __device__ __forceinline__ unsigned ff32_tf32(float x)
     return y;
 }
 /* x rounded to tf32 (to nearest, ties away) by integer ops: 2 instructions, where cvt.rna.tf32.f32 took more time in
- * the split (Run 13 of docs/PERF-gpu-f32.md) and in the wgmma kernels' tf32 mode (run am) */
+ * the split (docs/PERF-gpu-f32.md) and in the wgmma kernels' tf32 mode */
 __device__ __forceinline__ unsigned ff32_round_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 template <bool SPLIT> __device__ __forceinline__ void ff32_split(float x, unsigned &big, unsigned &small)
 {

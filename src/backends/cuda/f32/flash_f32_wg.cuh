@@ -48,13 +48,13 @@ template <bool SPLIT> struct ff32_wg_cfg {
 };
 
 /* tf32 mode: x rounded to tf32 by integer ops (ff32_round_tf32; cvt.rna.tf32.f32, as ff32_split's tf32 mode has it, made
- * tf32 mode 11% slower in these kernels: run am of docs/PERF-gpu-f32.md).
+ * tf32 mode 11% slower in these kernels: docs/PERF-gpu-f32.md).
  * 3xtf32: big = x truncated to tf32, small = x - big (exact in f32; the tensor cores read it truncated to its top 19
  * bits, bench/tf32_input.cu): two instructions an element against five for both parts rounded. The split's own error
  * grows from ~4e-8 to ~3e-7 of max|V| (bench/tf32_split_model.py), under the ~2e-6 that the products' accumulation
- * leaves (Run 12). big = x itself (the tensor cores truncate it alike) saves nothing, since small needs the truncated
+ * leaves. big = x itself (the tensor cores truncate it alike) saves nothing, since small needs the truncated
  * value, and in P's split ptxas then serialised wg1's wgmmas (C7511). Big rounded (ff32_split's form, 3 instructions)
- * erred less but was 1% slower at the short shapes (Run 13). */
+ * erred less but was 1% slower at the short shapes. */
 template <bool SPLIT> __device__ __forceinline__ void ff32_wg_split(float x, uint32_t &big, uint32_t &small)
 {
     if (SPLIT) {
@@ -93,7 +93,7 @@ __device__ __forceinline__ void ff32_wg_split_k(const float *rk, unsigned char *
     if constexpr (!NARROW && 1024 % NT == 0 && S % 8 == 0 && (S & (S - 1)) == 0) {
         /* A thread's rows r0 + S i keep r0's place in their group of 8 and, by ff32_raw_chunk_step, their read swizzle:
          * one base address each side, then fixed steps (per-row index arithmetic was ~12 of the ~25 instructions a
-         * row; run hc of docs/PERF-gpu-f32.md). cx and pos0 are ff32_raw_chunk(r0, c) and ff32_wg_key_pos(r0) written
+         * row; docs/PERF-gpu-f32.md). cx and pos0 are ff32_raw_chunk(r0, c) and ff32_wg_key_pos(r0) written
          * out: through the helpers nvcc 13.0 schedules ff32_presplit_kernel differently (the same instructions), and
          * that kernel's timings are of this form. */
         const int r0 = tid >> 4, c = tid & 15, cx = c ^ ((r0 >> 2) & 7);
@@ -468,7 +468,7 @@ __global__ void __launch_bounds__(256, 1) ff32_wg_kernel(const ff32_args a)
     auto v_desc = [&](int i) { return fwparts::sw128_desc(sV_addr + (uint32_t)((i % 3) * C::VST), 16, 1024); };
 
     /* Q through the (still unused) split-Vᵀ area, then into registers (straight from global memory, together
-     * with the cvt form of the split, was 13% slower at L = 2048: run am) */
+     * with the cvt form of the split, was 13% slower at L = 2048) */
     float *Qs = reinterpret_cast<float *>(sV);
     ff32_load_tile<BM, 64, C::QST, NT>(Qs, blk.qp, a.qs[2], blk.rows, a.D, a.vec16, tid);
     if (n_tiles > 0) blk.load_raw<NT>(a, raw, 0, tid);
@@ -582,8 +582,8 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
     ff32_stagger(a);
 
     /* Tile 0's K, Q, tile 0's V: three copy groups. ks.stage0 (the blocks fill the SMs and all copy at once: at seed
-     * L = 128 Q landed 3.5 us into a block and tile 0 1.2 us after it, run fa of docs/PERF-gpu-f32.md): K(0) is split
-     * while Q lands and S(0) runs while V(0) lands (3xtf32 seed L = 128 -6%, run fb). Else (few blocks: the copies are
+     * L = 128 Q landed 3.5 us into a block and tile 0 1.2 us after it, docs/PERF-gpu-f32.md): K(0) is split
+     * while Q lands and S(0) runs while V(0) lands (3xtf32 seed L = 128 -6%). Else (few blocks: the copies are
      * quick) K(0) and Q are waited for together, V(0) once Q is in registers: the staged form's extra waits and barriers
      * cost 4% at B = 1, L = 128. Later tiles: one group, K and V. */
     const bool stage0 = ks.stage0 != 0;
@@ -674,7 +674,7 @@ __global__ void __launch_bounds__(128, 2) ff32_wg1_kernel(const ff32_args a, con
 
 /* ---- split once per head, then a warp-specialised kernel -----------------------------------------------
  * Splitting every K/V tile in every query block repeats the work L/128 times, and a producer warpgroup doing it
- * per block was the bottleneck (runs af-ah of docs/PERF-gpu-f32.md: 0.55 of 1.76 ms at L = 2048). So a pre-pass
+ * per block was the bottleneck (docs/PERF-gpu-f32.md: 0.55 of 1.76 ms at L = 2048). So a pre-pass
  * (ff32_presplit_kernel, one block per key tile and kv head) writes each tile's split K and Vᵀ parts, in the
  * swizzled shared-memory layout, contiguously to a workspace: tile (b, hk, t) at ((b Hk + hk) n_kt + t) TILE
  * bytes, K big (+ small) then Vᵀ big (+ small). The main kernel's producer is one thread issuing 1-D bulk copies
@@ -748,7 +748,7 @@ struct ff32_ws_bars {
  * or zeroed pool memory; a call's `epoch` (>= 1) is new with the same memory, so that flags need no reset: a tile is
  * split in this call when its flag == epoch. The kv heads' ticket counters come in two sets, the call's (epoch % 2)
  * and the next call's, which this call zeroes (the last call's: done with it). A counter of tagged epochs, taken by
- * compare-and-swap, was 5% slower at L = 512 (run dd). */
+ * compare-and-swap, was 5% slower at L = 512. */
 struct ff32_ws_sync {
     int *ctr;  /* 2 x per kv head */
     int *flag; /* per tile */
@@ -857,7 +857,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
                     ff32_wait<0>();
                     fwparts::named_sync(1, 96); /* the raw tile landed */
                     unsigned char *dst = ws_head + t * (long long)C::TILE;
-                    ff32_wg_split_k<SPLIT, 96, !SHORT>(raw, dst, ts); /* SHORT: unrolled, V by rows (2% faster, run by) */
+                    ff32_wg_split_k<SPLIT, 96, !SHORT>(raw, dst, ts); /* SHORT: unrolled, V by rows (2% faster) */
                     ff32_wg_split_v<SPLIT, 96, !SHORT>(raw + 64 * 64, dst + C::W::KST, ts);
                     ff32_fence_proxy_async_global();
                     fwparts::named_sync(1, 96); /* the tile written (and the raw copy read) by all 96 */
@@ -899,7 +899,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
     ff32_wg_rows<SPLIT, SPLIT && !SHORT> w;
     w.init(wgc * 64 + (warp & 3) * 16, lane);
     /* ping-pong (as fwd/kernel_ws.cuh): consumer c issues its products after named_sync(2 + c), then lets the other go, so
-     * that one's softmax runs under the other's products (3xtf32 7-16% faster at L = 512..2048, run bo); consumer 1
+     * that one's softmax runs under the other's products (3xtf32 7-16% faster at L = 512..2048); consumer 1
      * lets consumer 0 start, and consumer 0 takes that extra arrival at the end (barrier 1: the split warps') */
     if (wgc == 1) fwparts::named_arrive(2, 256);
     auto turn_begin = [&]() { fwparts::named_sync(2 + wgc, 256); };
@@ -995,7 +995,7 @@ __global__ void __launch_bounds__(384, 1) ff32_ws_kernel(const ff32_args a, unsi
 /* Key ranges a query block for ff32_wg1_kernel: where its 64-row blocks are fewer than the SMs, enough ranges for about
  * two blocks an SM, each of at least 4 key tiles (B = 1, 3xtf32, H100: L = 512 2 ranges 0.0160 ms, 4 ranges 0.0159,
  * none 0.0212; L = 1024 2 ranges 0.0338, 4 0.0388, none 0.0397; L = 128 2 ranges of a tile 0.0091, none 0.0073:
- * docs/PERF-gpu-f32.md "Run 9"). FW_F32_KV_SPLITS=n forces n (at most one a tile): tests and experiments. */
+ * docs/PERF-gpu-f32.md). FW_F32_KV_SPLITS=n forces n (at most one a tile): tests and experiments. */
 static int ff32_wg1_ranges(long long blocks, int n_kt, int sms, const fw_knobs *k)
 {
     int n = 1;
