@@ -1,5 +1,8 @@
-# Generates src/backends/cuda/wgmma.cuh (the wgmma wrappers' operand lists): python3 scripts/gen_wgmma.py
+# Generates src/backends/cuda/parts/wgmma.cuh (the wgmma wrappers' operand lists): python3 scripts/gen_wgmma.py
+# --check: compare with the committed file instead (ctest: generated_wgmma). The kernel-variant
+# instantiations are scripts/gen_kernels.py's.
 import os
+import sys
 Ns = [64, 128]
 out = []
 w = out.append
@@ -15,13 +18,13 @@ w('''/* wgmma (sm_90a) wrappers: warpgroup matrix multiply-accumulate, f32 accum
  *       A fragment of each warp's 16 rows) * B (k8 x N, tf32, K-major in shared memory; tf32 has no transpose).
  * d is float[N/8][4]: for each n8 tile, (row g, cols 2t+0..1), (row g+8, cols 2t+0..1) of the warp's 16 rows,
  * g = lane / 4, t = lane % 4: the mma.sync m16n8 C layout. */
-#ifndef FW_WGMMA_CUH
-#define FW_WGMMA_CUH
+#ifndef FW_PARTS_WGMMA_CUH
+#define FW_PARTS_WGMMA_CUH
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-namespace fwwg {
+namespace fwparts {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory"); }
@@ -95,7 +98,13 @@ template <> __device__ __forceinline__ void wgmma_rs_tf32<{N}>(float (&d)[{N // 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }}''')
 w('''
-} /* namespace fwwg */
+} /* namespace fwparts */
 #endif
 ''')
-open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "cuda", "wgmma.cuh"), "w").write("\n".join(out))
+dest = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "backends", "cuda", "parts", "wgmma.cuh")
+if sys.argv[1:] == ["--check"]:
+    if not os.path.exists(dest) or open(dest).read() != "\n".join(out):
+        sys.exit("gen_wgmma.py: src/backends/cuda/parts/wgmma.cuh is not what this script generates (run it)")
+    print("gen_wgmma.py: parts/wgmma.cuh up to date")
+else:
+    open(dest, "w").write("\n".join(out))

@@ -44,7 +44,7 @@
 #include "backends/backend.h"
 #include "core/dtype.h"
 #include "core/validate.h"
-#include "backends/cuda/bwd_materialize.h"
+#include "backends/cuda/bwd/bwd_materialize.h"
 #include "flashwatt.h"
 
 #ifndef FW_HAVE_CUDA
@@ -57,6 +57,9 @@ int main(void)
 #include <cuda_runtime.h>
 
 size_t fw_cuda_workspace_peak(void);
+/* The environment's knobs for the direct backend calls (a context reads them for the public API); read again
+ * where the test changes the environment. */
+static fw_knobs test_knobs;
 void fw_cuda_workspace_reset_peak(void);
 fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 fw_status fw_cpu_tiled_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
@@ -348,7 +351,7 @@ static void run_case(const bcase *bc, fw_dtype dt, int modes_mask, uint64_t seed
                 snprintf(cfg.name, sizeof cfg.name, "%s",
                          mode == 0 ? "bwd-deterministic" : mode == 4 ? "bwd-materialize" : "bwd-atomic");
                 fw_exec ex;
-                ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err; ex.knobs = NULL;
+                ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = sizeof err; ex.knobs = &test_knobs;
                 st = use_cpu ? fw_cpu_tiled_backward(&p, &cfg, &ex) : fw_cuda_backward(&p, &cfg, &ex);
                 if (st == FW_OK && (mode == 0 || mode == 4)) { /* again: must be bit-identical */
                     void *first[3] = {malloc(r.q_elems * es), malloc(r.kv_elems * es), malloc(r.kv_elems * es)};
@@ -490,7 +493,7 @@ static fw_status time_backward(const fw_problem *p, const char *cfg_name, int re
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.name, sizeof cfg.name, "%s", cfg_name);
     fw_exec ex;
-    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = err_len; ex.knobs = NULL;
+    ex.threads = 1; ex.stream = NULL; ex.err = err; ex.err_len = err_len; ex.knobs = &test_knobs;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -617,6 +620,7 @@ static void bench(int reps)
 
 int main(int argc, char **argv)
 {
+    fw_knobs_read(&test_knobs);
     int quick = 0, bench_reps = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -674,11 +678,13 @@ int main(int argc, char **argv)
                 char vs[8];
                 snprintf(vs, sizeof vs, "%d", v);
                 setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);
+                fw_knobs_read(&test_knobs);
                 printf("-- tensor-core variant %d\n", v);
                 for (size_t i = 0; i < ncs; i++)
                     if (cs[i].D <= 128 && cs[i].D % 8 == 0)
                         for (int d = 1; d < 3; d++) run_case(&cs[i], dts[d], 3, 500 + 3 * i + (uint64_t)d);
                 unsetenv("FW_CUDA_BWD_TC_VARIANT");
+                fw_knobs_read(&test_knobs);
             }
     }
     printf("%d passed, %d failed\n", passed, failed);

@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include "backends/cuda/cuda_common.h" /* fw_cuda_ws_cache_release */
+#include "backends/cuda/common/workspace.h" /* fw_cuda_ws_cache_release */
 #endif
 
 #ifndef FW_HAVE_CUDA
@@ -148,6 +148,9 @@ static int tb_reference(tbuf *t)
     return st == FW_OK;
 }
 
+/* The environment's knobs for the direct backend calls below (a context reads them for the public API). */
+static fw_knobs test_knobs;
+
 /* Runs backend `name` (config index ci, -1 = default through the public API) once. */
 static fw_status tb_run(tbuf *t, const char *name, int ci, fw_precision prec, cudaStream_t s, char *msg, size_t len)
 {
@@ -157,12 +160,13 @@ static fw_status tb_run(tbuf *t, const char *name, int ci, fw_precision prec, cu
     fw_status st = fw_validate_forward(&t->q, &t->k, &t->v, &t->o, t->dlse, &t->prm, &p, msg, len);
     if (st != FW_OK) return st;
     p.precision = prec;
+    p.knobs = &test_knobs;
     if (!b->supports(&p, msg, len)) return FW_ERR_UNSUPPORTED;
     fw_config cfgs[FW_MAX_CONFIGS];
     memset(cfgs, 0, sizeof cfgs);
     int n = b->configs ? b->configs(&p, cfgs, FW_MAX_CONFIGS) : 1;
     if (ci >= n) { snprintf(msg, len, "config %d of %d", ci, n); return FW_ERR_INVALID_VALUE; }
-    fw_exec ex = {1, (void *)s, msg, len, NULL};
+    fw_exec ex = {1, (void *)s, msg, len, &test_knobs};
     msg[0] = 0;
     return b->forward(&p, ci < 0 ? NULL : &cfgs[ci], &ex); /* ci < 0: the backend's own choice */
 }
@@ -174,6 +178,7 @@ static int n_configs(tbuf *t, const char *name, fw_precision prec, char names[][
     fw_problem p;
     if (!b || fw_validate_forward(&t->q, &t->k, &t->v, &t->o, t->dlse, &t->prm, &p, msg, sizeof msg) != FW_OK) return 0;
     p.precision = prec;
+    p.knobs = &test_knobs;
     fw_config cfgs[FW_MAX_CONFIGS];
     memset(cfgs, 0, sizeof cfgs);
     int n = b->configs ? b->configs(&p, cfgs, FW_MAX_CONFIGS) : 1;
@@ -628,6 +633,7 @@ int main(int argc, char **argv)
         printf("gpu_cuda_f32: no CUDA device: skipped\n");
         return 77;
     }
+    fw_knobs_read(&test_knobs);
     if (argc > 1 && !strcmp(argv[1], "--bench")) return run_bench(argc > 2 ? argv[2] : NULL);
     return run_tests(argc > 1 && !strcmp(argv[1], "--small"));
 }

@@ -25,6 +25,9 @@
 #include <cuda_runtime.h>
 #endif
 
+/* The environment's knobs for the direct backend calls (a context reads them for the public API). */
+static fw_knobs test_knobs;
+
 typedef struct tcase {
     fw_case c;
     char label[160];
@@ -157,6 +160,7 @@ static void build_suite(int quick)
             for (int causal = 0; causal < 2; causal++) {
                 fw_problem p;
                 memset(&p, 0, sizeof p);
+                p.knobs = &test_knobs;
                 p.head_dim = pd[i];
                 p.seqlen_q = 333; p.seqlen_k = 517; p.batch = 1; p.heads = 2;
                 fw_config cfg[FW_MAX_CONFIGS];
@@ -220,7 +224,7 @@ static int run_case(tcase *t, char *line, size_t len)
         fw_config cfg;
         memset(&cfg, 0, sizeof cfg);
         snprintf(cfg.name, sizeof cfg.name, "%s", t->config);
-        fw_exec ex = {1, NULL, msg, sizeof msg, NULL};
+        fw_exec ex = {1, NULL, msg, sizeof msg, &test_knobs};
         msg[0] = 0;
         st = b->forward(&r.problem, &cfg, &ex);
 #ifdef FW_HAVE_CUDA
@@ -279,25 +283,26 @@ static int bench(int reps)
                     return 1;
                 }
                 fw_config cfg[FW_MAX_CONFIGS];
+                r.problem.knobs = &test_knobs;
                 const int n = b->configs(&r.problem, cfg, FW_MAX_CONFIGS);
-                fw_context *ctx = NULL;
-                fw_context_create(&ctx);
-                fw_context_set_backend(ctx, "cuda-flash");
                 for (int j = 0; j < n; j++) {
+                    /* a context per configuration: it reads FW_CUDA_FLASH_CONFIG when it is created */
                     setenv("FW_CUDA_FLASH_CONFIG", cfg[j].name, 1);
+                    fw_context *ctx = NULL;
+                    fw_context_create(&ctx);
+                    fw_context_set_backend(ctx, "cuda-flash");
                     double ms = 0;
                     fw_status st = fw_run_time(&r, ctx, 3, reps, &ms);
-                    if (st != FW_OK) {
+                    if (st != FW_OK)
                         printf("%-4d %-6d %-3d %-6lld %-22s failed: %s\n", dims[di], L, causal, (long long)c.batch,
                                cfg[j].name, fw_context_last_error(ctx));
-                        continue;
-                    }
-                    printf("%-4d %-6d %-3d %-6lld %-22s %9.4f %9.1f%s\n", dims[di], L, causal, (long long)c.batch,
-                           cfg[j].name, ms, fw_run_flops(&r) / (ms * 1e-3) / 1e12, j == 0 ? "  (default)" : "");
+                    else
+                        printf("%-4d %-6d %-3d %-6lld %-22s %9.4f %9.1f%s\n", dims[di], L, causal, (long long)c.batch,
+                               cfg[j].name, ms, fw_run_flops(&r) / (ms * 1e-3) / 1e12, j == 0 ? "  (default)" : "");
                     fflush(stdout);
+                    fw_context_destroy(ctx);
                 }
                 unsetenv("FW_CUDA_FLASH_CONFIG");
-                fw_context_destroy(ctx);
                 fw_run_free(&r);
             }
     return 0;
@@ -310,6 +315,7 @@ int main(int argc, char **argv)
         printf("gpu_cuda_flash: no CUDA device, skipped\n");
         return 77;
     }
+    fw_knobs_read(&test_knobs);
     int quick = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--bench") == 0) return bench(i + 1 < argc ? atoi(argv[i + 1]) : 30);

@@ -119,6 +119,9 @@ int fw_cmd_tune(int argc, char **argv)
         return 0;
     }
     if (!cooldown_given) cli.cooldown_s = 1.0;
+    /* the environment's knobs, as a context would read them, for the backends called directly below */
+    fw_knobs knobs;
+    fw_knobs_read(&knobs);
     int want_prec[4];
     if (parse_precisions(cli.precisions, want_prec)) {
         fprintf(stderr, "flashwatt tune: --precision: '%s' is not a comma list of exact, tf32, 3xtf32, bf16\n",
@@ -242,6 +245,7 @@ int fw_cmd_tune(int argc, char **argv)
                     if (!want_prec[pr] || (pr != FW_PRECISION_EXACT && s->dtype != FW_F32)) continue;
                     fw_problem pp = r.problem;
                     pp.precision = (fw_precision)pr;
+                    pp.knobs = &knobs;
                     if (!b->supports(&pp, bw, sizeof bw)) continue;
                     fw_config all[FW_MAX_CONFIGS];
                     int n = b->configs ? b->configs(&pp, all, FW_MAX_CONFIGS) : 0;
@@ -280,6 +284,7 @@ int fw_cmd_tune(int argc, char **argv)
             item *x = &items[it];
             fw_problem pp = r.problem;
             pp.precision = x->prec;
+            pp.knobs = &knobs;
             tune_arg ta;
             memset(&ta, 0, sizeof ta);
             ta.b = x->b;
@@ -293,7 +298,7 @@ int fw_cmd_tune(int argc, char **argv)
             ta.ex.stream = NULL;
             ta.ex.err = msg;
             ta.ex.err_len = sizeof msg;
-            ta.ex.knobs = NULL;
+            ta.ex.knobs = &knobs;
             ta.cuda_index = dev.index;
             msg[0] = 0;
             /* probe: runs at all; error against the reference */

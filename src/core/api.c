@@ -269,6 +269,7 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     p->precision = ctx->precision;
     p->deterministic = ctx->deterministic;
     p->memory_budget = ctx->memory_budget;
+    p->knobs = &ctx->knobs;
     if (p->precision != FW_PRECISION_EXACT && p->dtype != FW_F32) {
         set_error(ctx, "a reduced precision mode applies to f32 inputs only; these are f16/bf16");
         return FW_ERR_INVALID_VALUE;

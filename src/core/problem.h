@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include "flashwatt.h"
+#include "core/knobs.h"
 
 /* Which public call made the problem. Dense calls have uniform sequences; the others describe a
  * batch of sequences of their own lengths (the accessors below give each one's rows and keys). */
@@ -62,7 +63,16 @@ typedef struct fw_problem {
      * scratch from here and neither allocates nor synchronises. */
     void *workspace;
     size_t workspace_bytes;
+    /* The context's environment knobs (knobs.h): a backend's configs() and supports() read them here (its
+     * forward() and backward() in fw_exec). NULL, for a problem made without a context: the defaults. */
+    const fw_knobs *knobs;
 } fw_problem;
+
+/* The knobs a problem's configs() and supports() run with (fw_exec_knobs's twin). */
+static inline const fw_knobs *fw_problem_knobs(const fw_problem *p)
+{
+    return p && p->knobs ? p->knobs : &fw_knobs_defaults;
+}
 
 #define FW_UNBOUNDED (INT64_MAX / 4)
 

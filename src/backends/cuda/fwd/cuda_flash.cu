@@ -1,0 +1,125 @@
+/* cuda-flash: the f16/bf16 FlashAttention forward on tensor cores (mma.sync on sm_80+, wgmma on sm_90a), the
+ * backend table's entry: what it supports, its search space and the launch. The kernels are kernel_*.cuh,
+ * their instantiations and records generated/ (scripts/gen_kernels.py), the choice among them
+ * heuristics.cu; this file validates, asks the heuristics, and launches the record it is handed. */
+#include <stdio.h>
+#include <string.h>
+#include "backends/cuda/fwd/heuristics.h"
+
+/* fw_cuda_unaligned_stride with the reason. */
+static int flash_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, const char *name, char *why,
+                            size_t why_len)
+{
+    const int i = fw_cuda_unaligned_stride(s, nb, nh, ns, 8);
+    if (i >= 0)
+        return fw_why(why, why_len,
+                      "%s stride[%d] is %lld elements; cuda-flash needs rows 16-byte aligned "
+                      "(batch/head/seq strides multiples of 8 elements)",
+                      name, i, (long long)s[i]);
+    return 1;
+}
+
+static int flash_supports(const fw_problem *p, char *why, size_t why_len)
+{
+    if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
+    if (p->dtype != FW_F16 && p->dtype != FW_BF16)
+        return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
+                      fw_dtype_name(p->dtype));
+    if (p->head_dim % 8 != 0)
+        return fw_why(why, why_len, "head_dim %lld is not a multiple of 8 (cuda-flash loads 16-byte row chunks)",
+                      (long long)p->head_dim);
+    if (p->head_dim > 256)
+        return fw_why(why, why_len, "head_dim %lld is above cuda-flash's 256", (long long)p->head_dim);
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di))
+        return fw_why(why, why_len, "cannot query CUDA device %d", p->device.index);
+    if (di.cc_major < 8)
+        return fw_why(why, why_len, "cuda-flash needs compute capability 8.0 or newer (mma.sync bf16, cp.async); device %d is %d.%d",
+                      p->device.index, di.cc_major, di.cc_minor);
+    if (p->seqlen_q >= (1 << 29) || p->seqlen_k >= (1 << 29))
+        return fw_why(why, why_len, "sequence lengths must be below 2^29 for cuda-flash");
+    if (p->heads > 65535 || p->batch > 65535)
+        return fw_why(why, why_len, "batch %lld and heads %lld must each be at most 65535 (grid limits)",
+                      (long long)p->batch, (long long)p->heads);
+    if (!fw_cuda_aligned16(p->q) || !fw_cuda_aligned16(p->k) || !fw_cuda_aligned16(p->v) || !fw_cuda_aligned16(p->o))
+        return fw_why(why, why_len, "q, k, v and o must start on 16-byte boundaries for cuda-flash");
+    if (!flash_strides_ok(p->q_stride, p->batch, p->heads, p->seqlen_q, "q", why, why_len) ||
+        !flash_strides_ok(p->k_stride, p->batch, p->kv_heads, p->seqlen_k, "k", why, why_len) ||
+        !flash_strides_ok(p->v_stride, p->batch, p->kv_heads, p->seqlen_k, "v", why, why_len) ||
+        !flash_strides_ok(p->o_stride, p->batch, p->heads, p->seqlen_q, "o", why, why_len))
+        return 0;
+    int n = 0;
+    const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
+    for (int i = 0; i < n; i++)
+        if (fw_fwd_record_runs(&rs[i], &di, fw_problem_knobs(p))) return 1;
+    return fw_why(why, why_len, "no cuda-flash configuration for head_dim %lld fits the device's %d bytes of shared memory per block",
+                  (long long)p->head_dim, di.smem_optin);
+}
+
+static int clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? limit : w); }
+
+static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    char why[256];
+    if (!flash_supports(p, why, sizeof why)) {
+        fw_why(ex->err, ex->err_len, "%s", why);
+        return FW_ERR_UNSUPPORTED;
+    }
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di)) {
+        fw_why(ex->err, ex->err_len, "cannot query CUDA device %d", p->device.index);
+        return FW_ERR_DEVICE;
+    }
+    const fw_fwd_record *r = fw_fwd_record_for(p, cfg, &di, fw_exec_knobs(ex), ex->err, ex->err_len);
+    if (!r) return cfg && (cfg->name[0] || cfg->block_m) ? FW_ERR_INVALID_VALUE : FW_ERR_UNSUPPORTED;
+    int prev = 0;
+    FW_CUDA_CHECK(cudaGetDevice(&prev));
+    if (prev != p->device.index) FW_CUDA_CHECK(cudaSetDevice(p->device.index));
+
+    fw_fwd_params a;
+    memset(&a, 0, sizeof a);
+    a.q = p->q;
+    a.k = p->k;
+    a.v = p->v;
+    a.o = p->o;
+    a.lse = p->lse;
+    a.q_sb = p->q_stride[0]; a.q_sh = p->q_stride[1]; a.q_ss = p->q_stride[2];
+    a.k_sb = p->k_stride[0]; a.k_sh = p->k_stride[1]; a.k_ss = p->k_stride[2];
+    a.v_sb = p->v_stride[0]; a.v_sh = p->v_stride[1]; a.v_ss = p->v_stride[2];
+    a.o_sb = p->o_stride[0]; a.o_sh = p->o_stride[1]; a.o_ss = p->o_stride[2];
+    a.Lq = (int)p->seqlen_q;
+    a.Lk = (int)p->seqlen_k;
+    a.H = (int)p->heads;
+    a.group = (int)p->group;
+    a.d = (int)p->head_dim;
+    const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
+    a.wl = clamp_window(p->window_left, lim);
+    a.wr = clamp_window(p->window_right, lim);
+    a.off = (int)p->diag_offset;
+    a.has_window = p->has_window;
+    /* Causal-like masks give later query blocks more keys: schedule them first. */
+    a.reverse_m = p->window_right < lim && p->window_left >= lim;
+    a.scale = p->scale;
+    a.scale_log2 = p->scale * 1.4426950408889634f;
+    const fw_fwd_launch_fn fn = p->dtype == FW_F16 ? r->f16 : r->bf16;
+    cudaError_t e = fn(&a, (int)p->batch, (cudaStream_t)ex->stream);
+    if (prev != p->device.index) cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+        fw_why(ex->err, ex->err_len, "cuda-flash %s launch failed: %s", r->name, cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;
+    }
+    return FW_OK;
+}
+
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* bwd/bwd_launch.cu */
+
+extern "C" const fw_backend fw_backend_cuda_flash = {
+    "cuda-flash",
+    "FlashAttention-2 forward on tensor cores (mma.sync m16n8k16, f16/bf16, f32 accumulation)",
+    FW_DEVICE_CUDA,
+    fw_cuda_available,
+    flash_supports,
+    fw_fwd_configs,
+    flash_forward,
+    fw_cuda_backward,
+};

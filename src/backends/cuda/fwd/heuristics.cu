@@ -1,0 +1,153 @@
+/* The f16/bf16 forward's heuristics (heuristics.h): every choice among the generated records is made here. */
+#include <stdio.h>
+#include <string.h>
+#include "backends/cuda/fwd/heuristics.h"
+
+extern "C" int fw_fwd_padded_dim(int64_t d)
+{
+    if (d <= 0 || d % 8 != 0) return 0;
+    if (d <= 32) return 32;
+    if (d <= 64) return 64;
+    if (d <= 96) return 96;
+    if (d <= 128) return 128;
+    if (d <= 256) return 256;
+    return 0;
+}
+
+extern "C" const fw_fwd_record *fw_fwd_records_of(int dpad, int *n)
+{
+    int first = -1, count = 0;
+    for (int i = 0; i < fw_fwd_nrecords; i++)
+        if (fw_fwd_records[i].d == dpad) {
+            if (first < 0) first = i;
+            count++;
+        }
+    *n = count;
+    return first < 0 ? NULL : &fw_fwd_records[first];
+}
+
+extern "C" int fw_fwd_record_runs(const fw_fwd_record *r, const fw_cuda_device_info *di, const fw_knobs *k)
+{
+    if (r->arch == 90 && !fw_cuda_wg_enabled(di, k)) return 0;
+    return r->smem <= (size_t)di->smem_optin;
+}
+
+/* The record of p's head dim called `name` that runs here, or NULL. */
+static const fw_fwd_record *record_named(const fw_problem *p, const char *name, const fw_cuda_device_info *di,
+                                         const fw_knobs *k)
+{
+    int n = 0;
+    const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(rs[i].name, name) == 0 && fw_fwd_record_runs(&rs[i], di, k)) return &rs[i];
+    return NULL;
+}
+
+extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k)
+{
+    int n = 0;
+    const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
+    if (!rs) return NULL;
+    /* An explicit choice for benchmarking and tuning: FW_CUDA_FLASH_CONFIG=bm128-bn64-w4-s2 */
+    if (k->cuda_flash_config[0]) {
+        const fw_fwd_record *r = record_named(p, k->cuda_flash_config, di, k);
+        if (r) return r;
+    }
+    const int dpad = rs[0].d;
+    /* Preferred shapes from sweeps of the FA grid on an H200 (docs/PERF-gpu-tc.md). At L >= 1024,
+     * bm128-bn64-w4-s3-qr was the best D=64 shape (min 1.12x FlashAttention-2) and bm128-bn32-w4-s2 the
+     * best D=128 shape (min 1.00x), where bm128-bn64-w4-s2 gave min 0.99x and 0.93x (docs/PERF.md). */
+    int want_bm = 128, want_bn = 64, want_w = 4, want_st = 2;
+    if (dpad <= 32) want_bn = 128;
+    if (dpad == 64) want_st = 3;
+    if (dpad == 128) want_bn = 32;
+    if (dpad == 256) want_bm = 64;
+    /* Few query blocks: smaller blocks fill the machine better. */
+    const int64_t blocks128 = ((p->seqlen_q + 127) / 128) * p->heads * p->batch;
+    if (blocks128 < 132 && dpad <= 128) {
+        want_bm = 64;
+        want_bn = 64;
+    }
+    /* Hopper (compute capability 9.0): the warp-specialised wgmma + TMA kernel ws-bm128-bn128-s3. On an H100
+     * (docs/PERF.md), at D=128 1.17-1.46x the mma.sync default (0.78-1.09x cuDNN) at every FA-grid shape; at
+     * D=64 1.08-1.32x, except causal L=512 (0.94x). */
+    const int causal_like = p->window_right < p->seqlen_q + p->seqlen_k + 1;
+    const int ws_ok = blocks128 >= 132 && (dpad == 128 || (dpad == 64 && (p->seqlen_k >= 1024 || !causal_like)));
+    for (int i = 0; ws_ok && i < n; i++)
+        if (rs[i].kernel == FW_FWD_WS && !rs[i].pingpong && rs[i].bn == 128 && fw_fwd_record_runs(&rs[i], di, k))
+            return &rs[i];
+    /* Otherwise the mma.sync record closest to the preferred shape (the first of equal scores). */
+    int best = -1, best_score = -1;
+    for (int i = 0; i < n; i++) {
+        if (!fw_fwd_record_runs(&rs[i], di, k) || rs[i].kernel != FW_FWD_MMA) continue;
+        int score = (rs[i].bm == want_bm) * 16 + (rs[i].bn == want_bn) * 8 + (rs[i].warps == want_w) * 4 +
+                    (rs[i].stages == want_st) * 2 + (rs[i].sub_n == rs[i].bn);
+        if (score > best_score) {
+            best_score = score;
+            best = i;
+        }
+    }
+    return best >= 0 ? &rs[best] : NULL;
+}
+
+extern "C" int fw_fwd_configs(const fw_problem *p, fw_config *out, int max)
+{
+    int n = 0;
+    const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
+    const fw_knobs *k = fw_problem_knobs(p);
+    fw_cuda_device_info di;
+    if (!rs || max < 1 || !fw_cuda_device_facts(p->device.index, &di)) {
+        if (max >= 1) memset(out, 0, sizeof *out);
+        return 1;
+    }
+    const fw_fwd_record *def = fw_fwd_default(p, &di, k);
+    int count = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n && count < max; i++) {
+            if ((pass == 0) != (&rs[i] == def)) continue;
+            if (!fw_fwd_record_runs(&rs[i], &di, k)) continue;
+            fw_config *c = &out[count++];
+            memset(c, 0, sizeof *c);
+            snprintf(c->name, sizeof c->name, "%s", rs[i].name);
+            c->block_m = rs[i].bm;
+            c->block_n = rs[i].bn;
+            c->warps = rs[i].warps;
+            c->stages = rs[i].stages;
+        }
+    if (count == 0) {
+        memset(out, 0, sizeof *out);
+        count = 1;
+    }
+    return count;
+}
+
+extern "C" const fw_fwd_record *fw_fwd_record_for(const fw_problem *p, const fw_config *cfg,
+                                                  const fw_cuda_device_info *di, const fw_knobs *k, char *why,
+                                                  size_t why_len)
+{
+    const int dpad = fw_fwd_padded_dim(p->head_dim);
+    if (cfg && cfg->name[0]) {
+        const fw_fwd_record *r = record_named(p, cfg->name, di, k);
+        if (!r)
+            fw_why(why, why_len,
+                   "cuda-flash has no configuration \"%s\" that runs here for head_dim %lld (configs() lists them; "
+                   "wg-/ws- ones need compute capability 9.0 and FW_CUDA_FLASH_WG unset or 1)",
+                   cfg->name, (long long)p->head_dim);
+        return r;
+    }
+    if (cfg && cfg->block_m) { /* an unnamed mma.sync shape: the first record of that shape without sub-tiles */
+        int n = 0;
+        const fw_fwd_record *rs = fw_fwd_records_of(dpad, &n);
+        for (int i = 0; i < n; i++)
+            if (rs[i].kernel == FW_FWD_MMA && rs[i].bm == cfg->block_m && rs[i].bn == cfg->block_n &&
+                rs[i].warps == cfg->warps && rs[i].sub_n == rs[i].bn && (cfg->stages == 0 || rs[i].stages == cfg->stages) &&
+                fw_fwd_record_runs(&rs[i], di, k))
+                return &rs[i];
+        fw_why(why, why_len, "cuda-flash has no mma.sync configuration bm%d-bn%d-w%d (stages %d) for head_dim %lld",
+               cfg->block_m, cfg->block_n, cfg->warps, cfg->stages, (long long)p->head_dim);
+        return NULL;
+    }
+    const fw_fwd_record *r = fw_fwd_default(p, di, k);
+    if (!r) fw_why(why, why_len, "no cuda-flash configuration for head_dim %lld runs here", (long long)p->head_dim);
+    return r;
+}

@@ -1,0 +1,34 @@
+/* The f16/bf16 forward's choices, in one place: which records run on a device, the default record for a
+ * problem, the search space that configs() lists (the default first), and the record a configuration
+ * names. cuda_flash.cu validates, asks these, and launches what they return. */
+#ifndef FW_FWD_HEURISTICS_H
+#define FW_FWD_HEURISTICS_H
+
+#include "backends/cuda/common/cuda_common.h"
+#include "backends/cuda/fwd/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The padded head dim that runs head_dim d (a multiple of 8 up to 256), or 0. */
+int fw_fwd_padded_dim(int64_t d);
+/* The records of padded head dim dpad (contiguous in fw_fwd_records), their count in *n; NULL if none. */
+const fw_fwd_record *fw_fwd_records_of(int dpad, int *n);
+/* Can the device run the record: its machine code runs there (sm_90a: compute capability 9.0, and the
+ * knobs allow wgmma kernels) and its shared memory fits. */
+int fw_fwd_record_runs(const fw_fwd_record *r, const fw_cuda_device_info *di, const fw_knobs *k);
+/* The default record for p on the device (the knobs' cuda_flash_config first, where it names a record
+ * that runs); NULL if none runs. */
+const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k);
+/* configs(): the records that run for p, the default first; at least one entry (a zeroed one where none). */
+int fw_fwd_configs(const fw_problem *p, fw_config *out, int max);
+/* The record cfg names (by name, or by block_m/block_n/warps/stages for an unnamed mma.sync configuration),
+ * or the default for an empty cfg (or NULL); NULL with the reason in why if it names none that runs. */
+const fw_fwd_record *fw_fwd_record_for(const fw_problem *p, const fw_config *cfg, const fw_cuda_device_info *di,
+                                       const fw_knobs *k, char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
