@@ -7,6 +7,7 @@
 #include <string.h>
 #include "flash_tc.cuh"
 #include "flash_wg.cuh"
+#include "serving/serving.h"
 
 /* The padded head dim that runs head_dim d, or 0. */
 static int tc_padded_dim(int64_t d)
@@ -74,6 +75,7 @@ static int tc_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, c
 
 static int tc_supports(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_srv_tc_supports(p, why, why_len); /* serving/serving.cu */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F16 && p->dtype != FW_BF16)
         return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
@@ -159,6 +161,7 @@ static int tc_default_index(const fw_problem *p, const fw_flash_tc_variant *vs, 
 
 static int tc_configs(const fw_problem *p, fw_config *out, int max)
 {
+    if (const int srv = fw_srv_tc_configs(p, out, max)) return srv; /* serving calls and decode shapes */
     int n = 0;
     const fw_flash_tc_variant *vs = tc_variants(tc_padded_dim(p->head_dim), &n);
     fw_cuda_device_info di;
@@ -214,6 +217,7 @@ static int tc_clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? 
 
 static fw_status tc_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
+    if (fw_srv_tc_claims(p, cfg, ex)) return fw_srv_tc_forward(p, cfg, ex); /* serving calls and decode shapes */
     char why[256];
     if (!tc_supports(p, why, sizeof why)) {
         fw_why(ex->err, ex->err_len, "%s", why);
@@ -281,4 +285,5 @@ extern "C" const fw_backend fw_backend_cuda_flash = {
     tc_configs,
     tc_forward,
     fw_cuda_backward,
+    fw_srv_tc_workspace,
 };
