@@ -203,7 +203,7 @@ extern "C" size_t fw_srv_tc_workspace(const fw_problem *query)
     for (int i = 0; i < n; i++) {
         if (vs[i].bm > bm_max || (int)vs[i].smem > di.smem_optin) continue;
         const int64_t slots2 = 2LL * di.sm_count * srv_tc_blocks_per_sm(&vs[i], p->dtype, vs[i].smem);
-        const size_t b = srv_ws_bound(p, vs[i].bm, vs[i].bn, slots2, 16);
+        const size_t b = srv_ws_bound(p, vs[i].bm, vs[i].bn, slots2);
         if (b > bytes) bytes = b;
     }
     return bytes;

@@ -87,11 +87,21 @@ __device__ __forceinline__ int64_t key_base(const fw_srv_params &p, const int64_
     return row0 + (int64_t)hk * st[1];
 }
 
+/* Key j's page within its sequence's table row and its row within the page (j >= 0). */
+__device__ __forceinline__ int page_slot(const fw_srv_params &p, int j)
+{
+    return p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
+}
+__device__ __forceinline__ int page_row(const fw_srv_params &p, int j)
+{
+    return p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
+}
+
 /* The page holding key j (0 <= j < capacity) of the table row bt, or -1 when the entry is outside
  * [0, num_pages): such keys are masked and never read, and appends there are not written. */
 __device__ __forceinline__ int page_of(const fw_srv_params &p, const int32_t *bt, int j)
 {
-    const int page = __ldg(bt + j / p.page_size);
+    const int page = __ldg(bt + page_slot(p, j));
     return page >= 0 && page < p.num_pages ? page : -1;
 }
 
@@ -168,7 +178,7 @@ __global__ void __launch_bounds__(128) append_kernel(const fw_srv_params p, T *k
     if (p.paged) {
         const int page = page_of(p, p.block_table + (int64_t)b * p.bt_stride, pos);
         if (page < 0) return;
-        const int r = pos % p.page_size;
+        const int r = page_row(p, pos);
         ko = (int64_t)page * p.k_s[0] + (int64_t)hk * p.k_s[1] + (int64_t)r * p.k_s[2];
         vo = (int64_t)page * p.v_s[0] + (int64_t)hk * p.v_s[1] + (int64_t)r * p.v_s[2];
     } else {

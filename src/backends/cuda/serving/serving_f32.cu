@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(128) f32_kernel(const fw_srv_params p)
             if (p.paged) {
                 const int page = ok ? page_of(p, bt, j) : -1; /* a page outside the pool: masked, not read */
                 ok = page >= 0;
-                ko = kb + (int64_t)page * p.k_s[0] + (int64_t)(j % p.page_size) * p.k_s[2];
-                vo = vb + (int64_t)page * p.v_s[0] + (int64_t)(j % p.page_size) * p.v_s[2];
+                ko = kb + (int64_t)page * p.k_s[0] + (int64_t)page_row(p, j) * p.k_s[2];
+                vo = vb + (int64_t)page * p.v_s[0] + (int64_t)page_row(p, j) * p.v_s[2];
             }
             for (int c = lane; c < DP; c += 32) {
                 const bool in = ok && c < p.d;
@@ -257,7 +257,7 @@ extern "C" size_t fw_srv_f32_workspace(const fw_problem *p)
     int (*occupancy)(size_t);
     srv_f32_kernel(p->head_dim, &smem, &launch, &occupancy);
     const int64_t slots2 = 2LL * di.sm_count * srv_f32_blocks_per_sm(occupancy, smem);
-    return srv_ws_bound(p, fwsrv::F32_BM, fwsrv::F32_TK, slots2, 16);
+    return srv_ws_bound(p, fwsrv::F32_BM, fwsrv::F32_TK, slots2);
 }
 
 extern "C" fw_status fw_srv_f32_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)

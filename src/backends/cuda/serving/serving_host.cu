@@ -158,22 +158,20 @@ size_t srv_ws_bytes(int64_t entries, int64_t d)
 
 int64_t srv_ws_entries(size_t bytes, int64_t d)
 {
-    if (bytes <= 512) return 0;
-    int64_t e = (int64_t)((bytes - 512) / ((size_t)(ws_ld(d) + 1) * 4));
+    if (bytes <= 256) return 0;
+    int64_t e = (int64_t)((bytes - 256) / ((size_t)(ws_ld(d) + 1) * 4)); /* at least as many as fit */
     while (e > 0 && srv_ws_bytes(e, d) > bytes) e--;
     return e;
 }
 
-size_t srv_ws_bound(const fw_problem *p, int bm, int bn, int64_t slots2, int forced)
+size_t srv_ws_bound(const fw_problem *p, int bm, int bn, int64_t slots2)
 {
     const int64_t rows = p->batch * p->heads * p->seqlen_q; /* partial rows a split */
     if (p->seqlen_k <= bn || rows <= 0) return 0;               /* one chunk: nothing to split */
     const int64_t by_keys = srv_splits_by_keys(p->seqlen_k, bn);
     int64_t e_auto = by_keys >= 2 ? by_keys * rows : 0;
     if (e_auto > slots2 * bm) e_auto = slots2 * bm;
-    int chunk = 0;
-    const int64_t e_forced = forced >= 2 ? (int64_t)srv_plan_splits(forced, 1, p->seqlen_k, bn, 1, &chunk) * rows : 0;
-    return srv_ws_bytes(e_auto > e_forced ? e_auto : e_forced, p->head_dim);
+    return srv_ws_bytes(e_auto, p->head_dim);
 }
 
 /* ---- kernel arguments --------------------------------------------------------------------- */
@@ -215,6 +213,9 @@ void srv_fill_params(const fw_problem *p, fw_srv_params *a)
     a->max_q = (int)p->seqlen_q;
     a->max_k = (int)p->seqlen_k;
     a->page_size = a->paged ? (int)p->page_size : 1;
+    a->page_shift = -1;
+    for (int s = 0; s < 31; s++)
+        if (a->page_size == 1 << s) a->page_shift = s;
     a->num_pages = a->paged ? (int)p->num_pages : 0;
     a->capacity = (int)(p->kind == FW_CALL_KVCACHE ? p->capacity : p->seqlen_k);
     const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
@@ -239,9 +240,9 @@ fw_status srv_run(const fw_problem *p, const fw_exec *ex, fw_srv_params *a, cons
     const int64_t rows = (int64_t)a->B * a->H * a->max_q; /* partial rows a split */
     void *ws = NULL;
     size_t ws_bytes = 0;
-    if (splits > 1 && p->workspace) {
-        /* the caller's workspace: fewer splits rather than more memory than given */
-        const int64_t fit = srv_ws_entries(p->workspace_bytes, a->d) / (rows > 0 ? rows : 1);
+    if (splits > 1) {
+        /* fewer splits rather than more memory than the caller's workspace (or the pool's limit) holds */
+        const int64_t fit = srv_ws_entries(p->workspace ? p->workspace_bytes : SRV_POOL_LIMIT, a->d) / (rows > 0 ? rows : 1);
         if (fit < splits) splits = srv_plan_splits(fit >= 2 ? (int)fit : 1, base, a->max_k, bn, slots, &chunk);
         ws = p->workspace;
     }

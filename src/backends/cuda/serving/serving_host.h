@@ -35,10 +35,12 @@ int srv_plan_splits(int policy, int64_t base, int64_t max_k, int bn, int64_t slo
 size_t srv_ws_bytes(int64_t entries, int64_t d);
 /* The most entries' partials that `bytes` hold. */
 int64_t srv_ws_entries(size_t bytes, int64_t d);
-/* Upper bound of the workspace of calls up to p's sizes whose split blocks number at most `slots2`
- * (2 · SMs · blocks per SM of the configuration, the heuristic's bound) with bm rows a block, or whose
- * split count is at most `forced` (the configurations with a fixed count). */
-size_t srv_ws_bound(const fw_problem *p, int bm, int bn, int64_t slots2, int forced);
+/* Upper bound of the workspace the heuristic's split plan takes for calls up to p's sizes, with bm rows a
+ * block, key tiles of bn and at most `slots2` split blocks (2 · SMs · blocks per SM). A configuration
+ * with a fixed split count takes fewer splits where its partials would not fit (srv_run). */
+size_t srv_ws_bound(const fw_problem *p, int bm, int bn, int64_t slots2);
+/* Partials taken from the stream-ordered pool (no workspace set) stay within this: fewer splits beyond. */
+#define SRV_POOL_LIMIT ((size_t)256 << 20)
 
 /* Kernel arguments of p (everything but the launch geometry). */
 void srv_fill_params(const fw_problem *p, fw_srv_params *a);

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
             bool ok = j < sq.lk;
             int64_t ko = (int64_t)j * p.k_s[2], vo = (int64_t)j * p.v_s[2];
             if (p.paged) {
-                const int jr = j % p.page_size;
+                const int jr = page_row(p, j);
                 ok = pg[r] >= 0;
                 ko = (int64_t)pg[r] * p.k_s[0] + (int64_t)jr * p.k_s[2];
                 vo = (int64_t)pg[r] * p.v_s[0] + (int64_t)jr * p.v_s[2];
