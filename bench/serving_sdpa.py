@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import inspect
+import itertools
 import json
 import os
 import statistics
@@ -334,7 +335,7 @@ def prefill_rows(args):
     H, Hkv, D, nseq = 32, 8, 128, 16
     lens = [int(round(128 + i * (4096 - 128) / (nseq - 1))) for i in range(nseq)]
     total, mean = sum(lens), sum(lens) // nseq
-    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device="cuda")
     torch.manual_seed(5)
     q = torch.randn(total, H, D, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(total, Hkv, D, dtype=torch.bfloat16, device="cuda")
