@@ -55,11 +55,22 @@ typedef struct fw_backend {
     fw_status (*forward)(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
     /* NULL when the backend has no backward yet. */
     fw_status (*backward)(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
+    /* Device workspace (bytes) that forward calls up to p's sizes take at most; NULL = none. Core asks it
+     * for fw_attention_workspace_size with a problem built from the query: kind FW_CALL_KVCACHE, batch,
+     * heads, kv_heads, group, head_dim, dtype, device, seqlen_q = max_seqlen_q, seqlen_k = max_seqlen_k;
+     * nothing else is read. */
+    size_t (*workspace)(const fw_problem *p);
 } fw_backend;
 
 int fw_registry_count(void);
 const fw_backend *fw_registry_get(int index);
 const fw_backend *fw_registry_find(const char *name);
+
+#ifdef FW_HAVE_CUDA
+/* Copies device memory to the host and waits for it (cudaMemcpyAsync on `stream`, a cudaStream_t or NULL,
+ * then a stream synchronisation): for fw_context_set_check_device_values. FW_ERR_DEVICE on failure. */
+fw_status fw_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream);
+#endif
 
 /* Helper for backends: printf into the why/err buffer; returns 0 so "return fw_why(...)" reads well. */
 int fw_why(char *buf, size_t len, const char *fmt, ...)

@@ -22,6 +22,17 @@ extern "C" int fw_cuda_count_devices(void)
     return n;
 }
 
+extern "C" fw_status fw_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (!bytes) return FW_OK;
+    const cudaStream_t s = (cudaStream_t)stream;
+    if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) {
+        cudaGetLastError();
+        return FW_ERR_DEVICE;
+    }
+    return FW_OK;
+}
+
 extern "C" int fw_cuda_available(char *why, size_t why_len)
 {
     int n = 0;

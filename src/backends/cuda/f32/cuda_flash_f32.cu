@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/f32/flash_f32_kernel.cuh"
+#include "backends/cuda/serving/serving.h"
 
 static int ff32_bucket(int64_t D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
@@ -33,6 +34,7 @@ static int ff32_cfg_runs(const ff32_cfg_info *c, int device, const fw_knobs *k)
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_srv_f32_supports(p, why, why_len); /* serving/serving_f32.cu */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32)
         return fw_why(why, why_len, "cuda-flash-f32 takes float32 only (got %s; cuda-flash runs 16-bit)",
@@ -52,6 +54,7 @@ static int supports_(const fw_problem *p, char *why, size_t why_len)
 
 static int configs_(const fw_problem *p, fw_config *out, int max)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_srv_f32_configs(p, out, max);
     int n = 0;
     for (int variant = 0; variant < 3 && n < max; variant++) {
         if (variant != ff32_variant(p->precision)) continue;
@@ -75,6 +78,7 @@ static int configs_(const fw_problem *p, fw_config *out, int max)
 
 static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_srv_f32_forward(p, cfg, ex);
     fw_cuda_device_guard guard(p->device.index);
     if (guard.failed()) {
         fw_why(ex->err, ex->err_len, "cannot select cuda:%d", p->device.index);
@@ -187,4 +191,5 @@ extern "C" const fw_backend fw_backend_cuda_flash_f32 = {
     configs_,
     forward_,
     fw_cuda_backward,
+    fw_srv_f32_workspace,
 };

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/fwd/heuristics.h"
+#include "backends/cuda/serving/serving.h"
 
 /* fw_cuda_unaligned_stride with the reason. */
 static int flash_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, const char *name, char *why,
@@ -21,6 +22,7 @@ static int flash_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns
 
 static int flash_supports(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_srv_tc_supports(p, why, why_len); /* ragged and cached calls */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F16 && p->dtype != FW_BF16)
         return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
@@ -60,6 +62,7 @@ static int clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? lim
 
 static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
+    if (fw_srv_tc_claims(p, cfg, ex)) return fw_srv_tc_forward(p, cfg, ex); /* serving calls and decode shapes */
     char why[256];
     if (!flash_supports(p, why, sizeof why)) {
         fw_why(ex->err, ex->err_len, "%s", why);
@@ -122,4 +125,5 @@ extern "C" const fw_backend fw_backend_cuda_flash = {
     fw_fwd_configs,
     flash_forward,
     fw_cuda_backward,
+    fw_srv_tc_workspace,
 };

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/fwd/heuristics.h"
+#include "backends/cuda/serving/serving.h"
 
 extern "C" int fw_fwd_padded_dim(int64_t d)
 {
@@ -92,6 +93,8 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
 
 extern "C" int fw_fwd_configs(const fw_problem *p, fw_config *out, int max)
 {
+    /* ragged and cached calls, and dense decode shapes, take the serving kernels (serving/serving.cu) */
+    if (const int srv = fw_srv_tc_configs(p, out, max)) return srv;
     int n = 0;
     const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
     const fw_knobs *k = fw_problem_knobs(p);

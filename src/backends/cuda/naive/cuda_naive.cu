@@ -145,6 +145,9 @@ static size_t naive_ws_bytes(const fw_problem *p)
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cuda-naive runs dense calls only; ragged and KV-cache calls run on "
+                      "cuda-flash (f16, bf16) and cuda-flash-f32");
     if (p->precision != FW_PRECISION_EXACT && p->precision != FW_PRECISION_TF32)
         return fw_why(why, why_len, "cuda-naive runs exact or tf32 precision only (cuBLAS), not mode %d",
                       (int)p->precision);
@@ -289,5 +292,6 @@ extern "C" const fw_backend fw_backend_cuda_naive = {
     supports_,
     NULL,
     forward_,
+    NULL,
     NULL,
 };

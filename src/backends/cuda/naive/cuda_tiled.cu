@@ -135,6 +135,9 @@ static size_t tiled_smem(int D)
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cuda-tiled runs dense calls only; ragged and KV-cache calls run on "
+                      "cuda-flash (f16, bf16) and cuda-flash-f32");
     if (p->dtype != FW_F32)
         return fw_why(why, why_len, "cuda-tiled is float32 only (got %s)", fw_dtype_name(p->dtype));
     if (p->precision != FW_PRECISION_EXACT)
@@ -180,5 +183,6 @@ extern "C" const fw_backend fw_backend_cuda_tiled = {
     supports_,
     NULL,
     forward_,
+    NULL,
     NULL,
 };

@@ -1,0 +1,424 @@
+/* cuda-flash's serving kernel: FlashAttention-2 on tensor cores (mma.sync m16n8k16, f16/bf16, f32
+ * accumulation, sm_80+) for ragged batches, KV caches and decode.
+ *
+ * A block owns BM packed rows of one (sequence, KV head, key chunk): packed row m is query position
+ * m / group of query head hk·group + m % group, so the query heads that share a KV head share every K/V
+ * tile (decode reads each KV head once, not once per query head). Its four warps form WM = BM/16 row
+ * groups × WN = 4/WM key groups: warp (wm, wn) owns rows wm·16 .. +15 and keys wn·BN/WN .. of every
+ * tile, with its own online softmax; the WN partial states of a row group are merged through shared
+ * memory at the end (decode: BM = 16, all four warps split the keys). K/V rows come in 16-byte cp.async
+ * chunks through an ST-stage ring, gathered per row through the block table when paged (the page indices
+ * of the next tile are loaded while the current one is computed); keys on a page outside the pool are
+ * zero-filled and masked through a per-stage flag. With split-KV the block writes a normalised f32 partial
+ * and its LSE to the workspace, merged by fwsrv::merge_kernel. */
+#ifndef FW_CUDA_SERVING_TC_CUH
+#define FW_CUDA_SERVING_TC_CUH
+
+#include "backends/cuda/parts/copy.cuh"
+#include "backends/cuda/parts/mma.cuh"
+#include "backends/cuda/parts/softmax.cuh"
+#include "serving_common.cuh"
+
+/* Launch of one configuration at a dynamic shared-memory size (>= the configuration's, larger to cap
+ * its blocks per SM); blocks per SM at that size (0 where the runtime cannot say). */
+typedef cudaError_t (*fw_srv_launch_fn)(const fw_srv_params *p, size_t smem, cudaStream_t stream);
+typedef int (*fw_srv_occupancy_fn)(size_t smem);
+
+/* One compiled configuration of the kernel: head dim (padded), rows, keys a tile, stages. */
+typedef struct fw_srv_tc_variant {
+    int d, bm, bn, stages;
+    size_t smem;
+    fw_srv_launch_fn launch[2];          /* f16, bf16 */
+    fw_srv_occupancy_fn occupancy[2];
+} fw_srv_tc_variant;
+
+extern "C" {
+extern const fw_srv_tc_variant fw_srv_tc_variants_d64[], fw_srv_tc_variants_d128[], fw_srv_tc_variants_d256[];
+extern const int fw_srv_tc_nvariants_d64, fw_srv_tc_nvariants_d128, fw_srv_tc_nvariants_d256;
+}
+
+namespace fwsrv {
+
+template <int D, int BM, int BN, int ST> struct tc_shape {
+    static constexpr int W = 4, NT = 128;
+    static constexpr int WM = BM / 16, WN = W / WM;
+    static constexpr int SBW = BN / WN;              /* keys of a tile a warp takes */
+    static constexpr int SB = SBW < 64 ? SBW : 64;  /* keys of one softmax sub-tile */
+    static constexpr int SD = D + 8;                 /* shared row stride (elements): ldmatrix conflict-free */
+    static constexpr int SDF = D + 8;                /* f32 merge rows (floats): float2 stores conflict-free */
+    static constexpr size_t Q_BYTES = (size_t)BM * SD * 2;
+    static constexpr size_t STAGE_BYTES = (size_t)BN * SD * 2;
+    static constexpr size_t OK_OFFSET = Q_BYTES + 2 * (size_t)ST * STAGE_BYTES; /* key_ok[ST][BN] */
+    static constexpr size_t MAIN = OK_OFFSET + (size_t)ST * BN;
+    static constexpr size_t ML_OFFSET = Q_BYTES;                                 /* merge: (m, l)[W][16] */
+    static constexpr size_t O_OFFSET = Q_BYTES + (size_t)W * 16 * 2 * 4;         /* merge: O[W][16][SDF] */
+    static constexpr size_t MERGE = O_OFFSET + (size_t)W * 16 * SDF * 4;
+    static constexpr size_t SMEM = ((MAIN > MERGE ? MAIN : MERGE) + 15) / 16 * 16;
+};
+
+template <typename T, int D, int BM, int BN, int ST>
+__global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
+{
+    using S = tc_shape<D, BM, BN, ST>;
+    constexpr int NT = S::NT, WN = S::WN, SBW = S::SBW, SB = S::SB, SD = S::SD, SDF = S::SDF;
+    constexpr int NN = SB / 8, ND = D / 8, KD = D / 16, KN = SB / 16;
+    constexpr int CPR = D / 8, RS = NT / CPR, RPT = BN / RS; /* 16-byte chunks a row; rows a pass; a thread's rows */
+    constexpr bool QREG = D <= 128;
+    static_assert(BM % 16 == 0 && S::W % S::WM == 0 && SBW % SB == 0 && SB % 16 == 0, "tile shape");
+    static_assert(NT % CPR == 0 && BN % RS == 0 && (BM * CPR) % NT == 0, "chunks must divide among the threads");
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    const uint32_t sQa = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t sKa = sQa + (uint32_t)S::Q_BYTES;
+    const uint32_t sVa = sKa + (uint32_t)(ST * S::STAGE_BYTES);
+    unsigned char *key_ok = smem + S::OK_OFFSET;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int wn = warp % WN, wrow0 = (warp / WN) * 16;
+    const int split = (int)(blockIdx.x % (unsigned)p.splits);
+    int mb = (int)(blockIdx.x / (unsigned)p.splits);
+    if (p.reverse_m) mb = p.m_blocks - 1 - mb;
+    const int hk = blockIdx.y, b = blockIdx.z;
+    const seq_t sq = seq_info(p, b);
+    const int rows = sq.lq * p.group; /* this sequence's packed rows */
+    const int m0 = mb * BM;
+    if (m0 >= rows) return; /* the whole block: nothing of this sequence here */
+
+    const int i_first = m0 / p.group, i_last = (min(m0 + BM, rows) - 1) / p.group;
+    int n_begin, n_tiles;
+    block_key_tiles<BN>(p, sq, i_first, i_last, split, n_begin, n_tiles);
+
+    /* Q: packed rows m0 .. m0 + BM - 1, zero beyond the sequence's rows and past d. */
+    {
+        const T *qg = reinterpret_cast<const T *>(p.q) + q_base(p, p.q_s, b, sq);
+        const int col = tid % CPR;
+#pragma unroll
+        for (int c = 0; c < BM * CPR / NT; c++) {
+            const int r = tid / CPR + c * RS, pm = m0 + r;
+            const bool ok = pm < rows && col * 8 < p.d;
+            const T *src = qg;
+            if (ok) {
+                const int i = pm / p.group, h = hk * p.group + pm % p.group;
+                src = qg + (int64_t)h * p.q_s[1] + (int64_t)i * p.q_s[2] + col * 8;
+            }
+            fwparts::cp_async16(sQa + (uint32_t)((r * SD + col * 8) * 2), src, ok ? 16 : 0);
+        }
+    }
+
+    /* K/V tile loads: thread tid copies chunk column lcol of rows lrow + RS·r of each tile. */
+    const int lrow = tid / CPR, lcol = tid % CPR;
+    const bool lcol_ok = lcol * 8 < p.d;
+    const T *kg = reinterpret_cast<const T *>(p.k), *vg = reinterpret_cast<const T *>(p.v);
+    int64_t kb = (int64_t)hk * p.k_s[1] + lcol * 8, vb = (int64_t)hk * p.v_s[1] + lcol * 8;
+    if (!p.paged) {
+        kb = key_base(p, p.k_s, b, hk, sq) + lcol * 8;
+        vb = key_base(p, p.v_s, b, hk, sq) + lcol * 8;
+    }
+    const int32_t *bt = p.paged ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
+    int pg[RPT]; /* paged: the pages of this thread's rows of the next tile to load (-1: masked) */
+    auto fetch_pages = [&](int n0) {
+        if (!p.paged) return;
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            const int j = n0 + lrow + r * RS;
+            pg[r] = j < sq.lk ? page_of(p, bt, j) : -1;
+        }
+    };
+    auto load_kv = [&](int n0, int slot) {
+        const uint32_t so = (uint32_t)(slot * S::STAGE_BYTES) + (uint32_t)((lrow * SD + lcol * 8) * 2);
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            const int j = n0 + lrow + r * RS;
+            bool ok = j < sq.lk;
+            int64_t ko = (int64_t)j * p.k_s[2], vo = (int64_t)j * p.v_s[2];
+            if (p.paged) {
+                const int jr = page_row(p, j);
+                ok = pg[r] >= 0;
+                ko = (int64_t)pg[r] * p.k_s[0] + (int64_t)jr * p.k_s[2];
+                vo = (int64_t)pg[r] * p.v_s[0] + (int64_t)jr * p.v_s[2];
+                if (lcol == 0) key_ok[slot * BN + lrow + r * RS] = ok;
+            }
+            const bool ld = ok && lcol_ok;
+            const uint32_t sr = so + (uint32_t)(r * RS * SD * 2);
+            fwparts::cp_async16(sKa + sr, ld ? kg + kb + ko : kg, ld ? 16 : 0);
+            fwparts::cp_async16(sVa + sr, ld ? vg + vb + vo : vg, ld ? 16 : 0);
+        }
+    };
+
+    fetch_pages(n_begin);
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < n_tiles) {
+            load_kv(n_begin + s * BN, s);
+            fetch_pages(n_begin + (s + 1) * BN);
+        }
+        fwparts::cp_async_commit();
+    }
+
+    /* The visible keys [jlo, jhi) of this thread's two rows (g and g + 8 of its warp's 16). */
+    int jlo[2], jhi[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) row_key_range(p, sq, (m0 + wrow0 + g + 8 * r) / p.group, jlo[r], jhi[r]);
+
+    float acc[1][ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[0][j][e] = 0.f;
+    float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
+
+    /* ldmatrix lane addresses (bytes within a tile), as in fwd/kernel_mma.cuh. */
+    const uint32_t q_lane = (uint32_t)(((wrow0 + (lane & 15)) * SD + (lane >> 4) * 8) * 2);
+    const uint32_t k_lane = (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * SD + ((lane >> 3) & 1) * 8) * 2);
+    const uint32_t v_lane = (uint32_t)(((lane & 15) * SD + (lane >> 4) * 8) * 2);
+    uint32_t qf[QREG ? KD : 1][4];
+
+    for (int it = 0; it < n_tiles; it++) {
+        fwparts::cp_async_wait<ST - 2>();
+        __syncthreads();
+        {
+            const int nx = it + ST - 1;
+            if (nx < n_tiles) {
+                load_kv(n_begin + nx * BN, nx % ST);
+                fetch_pages(n_begin + (nx + 1) * BN);
+            }
+            fwparts::cp_async_commit();
+        }
+        if (QREG && it == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++)
+                fwparts::ldsm_x4(sQa + q_lane + (uint32_t)(kk * 32), qf[QREG ? kk : 0][0], qf[QREG ? kk : 0][1],
+                              qf[QREG ? kk : 0][2], qf[QREG ? kk : 0][3]);
+        }
+        const int slot = it % ST, n0 = n_begin + it * BN;
+        const bool need_mask = p.paged || n0 + BN > sq.lk ||
+                               (p.has_window && !(i_last + sq.off - p.wl <= n0 && i_first + sq.off + p.wr >= n0 + BN - 1));
+#pragma unroll 1
+        for (int sb = 0; sb < SBW / SB; sb++) {
+            const int kt = wn * SBW + sb * SB; /* first key of the sub-tile within the tile */
+            const uint32_t sKs = sKa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2);
+            const uint32_t sVs = sVa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2);
+            float s[1][NN][4];
+#pragma unroll
+            for (int j = 0; j < NN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[0][j][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t a[1][4];
+                if (QREG) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) a[0][e] = qf[QREG ? kk : 0][e];
+                } else {
+                    fwparts::ldsm_x4(sQa + q_lane + (uint32_t)(kk * 32), a[0][0], a[0][1], a[0][2], a[0][3]);
+                }
+                fwparts::mma_ab<T, false, 1, NN / 2>(s, a, sKs + k_lane, kk * 16, 16 * SD);
+            }
+            if (need_mask) {
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int j = 0; j < NN; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int kc = kt + j * 8 + t4 * 2 + e, col = n0 + kc;
+                            bool vis = col >= jlo[r] && col < jhi[r];
+                            if (p.paged) vis = vis && key_ok[slot * BN + kc];
+                            if (!vis) s[0][j][r * 2 + e] = -INFINITY;
+                        }
+            }
+            /* Online softmax (base 2), as fwd/kernel_mma.cuh. */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mx = row_m[r];
+#pragma unroll
+                for (int j = 0; j < NN; j++) mx = fmaxf(mx, fmaxf(s[0][j][r * 2], s[0][j][r * 2 + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float msc = mx == -INFINITY ? 0.f : mx * p.scale_log2;
+                const float alpha = fwparts::fast_exp2(row_m[r] * p.scale_log2 - msc);
+                row_m[r] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int j = 0; j < NN; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float v = fwparts::fast_exp2(fmaf(s[0][j][r * 2 + e], p.scale_log2, -msc));
+                        s[0][j][r * 2 + e] = v;
+                        sum += v;
+                    }
+                row_l[r] = row_l[r] * alpha + sum;
+#pragma unroll
+                for (int j = 0; j < ND; j++) {
+                    acc[0][j][r * 2] *= alpha;
+                    acc[0][j][r * 2 + 1] *= alpha;
+                }
+            }
+            /* O += P V */
+#pragma unroll
+            for (int kk = 0; kk < KN; kk++) {
+                uint32_t a[1][4];
+                fwparts::acc_to_a<T>(s[0][2 * kk], s[0][2 * kk + 1], a[0]);
+                fwparts::mma_ab<T, true, 1, ND / 2>(acc, a, sVs + v_lane, kk * 16 * SD, 16);
+            }
+        }
+    }
+
+    fwparts::cp_async_wait<0>();
+    __syncthreads(); /* the K/V ring is free: the merge below reuses it */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        row_l[r] += __shfl_xor_sync(0xffffffffu, row_l[r], 1);
+        row_l[r] += __shfl_xor_sync(0xffffffffu, row_l[r], 2);
+    }
+    if constexpr (WN > 1) {
+        /* The WN warps of a row group saw disjoint keys: rescale each to the common max, sum into wn = 0. */
+        float *sm_ml = reinterpret_cast<float *>(smem + S::ML_OFFSET); /* [warp][16][2]: m, l */
+        float *sm_o = reinterpret_cast<float *>(smem + S::O_OFFSET);   /* [warp][16][SDF] */
+        if (t4 == 0) {
+            sm_ml[(warp * 16 + g) * 2] = row_m[0];
+            sm_ml[(warp * 16 + g + 8) * 2] = row_m[1];
+        }
+        __syncthreads();
+        const int w0 = warp - wn; /* the row group's first warp */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < WN; w++) mx = fmaxf(mx, sm_ml[((w0 + w) * 16 + g + 8 * r) * 2]);
+            const float f = row_m[r] == -INFINITY ? 0.f : fwparts::fast_exp2((row_m[r] - mx) * p.scale_log2);
+            row_m[r] = mx;
+            row_l[r] *= f;
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                acc[0][j][r * 2] *= f;
+                acc[0][j][r * 2 + 1] *= f;
+            }
+        }
+        if (wn > 0) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = warp * 16 + g + 8 * r;
+                if (t4 == 0) sm_ml[row * 2 + 1] = row_l[r];
+#pragma unroll
+                for (int j = 0; j < ND; j++)
+                    *reinterpret_cast<float2 *>(sm_o + row * SDF + j * 8 + t4 * 2) =
+                        make_float2(acc[0][j][r * 2], acc[0][j][r * 2 + 1]);
+            }
+        }
+        __syncthreads();
+        if (wn > 0) return; /* no barrier follows */
+#pragma unroll
+        for (int w = 1; w < WN; w++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = (warp + w) * 16 + g + 8 * r;
+                row_l[r] += sm_ml[row * 2 + 1];
+#pragma unroll
+                for (int j = 0; j < ND; j++) {
+                    const float2 o = *reinterpret_cast<const float2 *>(sm_o + row * SDF + j * 8 + t4 * 2);
+                    acc[0][j][r * 2] += o.x;
+                    acc[0][j][r * 2 + 1] += o.y;
+                }
+            }
+    }
+
+    /* Epilogue (warps wn = 0): rows of this warp's group that exist. */
+    float inv[2], lse[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float l = row_l[r];
+        inv[r] = l > 0.f ? 1.f / l : (l == l ? 0.f : l);
+        lse[r] = row_lse(row_m[r], p.scale, l);
+    }
+    if (p.splits == 1) {
+        /* Normalised O staged as T through this warp's rows of sQ, then 16-byte stores. */
+        T *sQ = reinterpret_cast<T *>(smem);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = wrow0 + g + 8 * r, pm = m0 + row;
+#pragma unroll
+            for (int j = 0; j < ND; j++)
+                *reinterpret_cast<uint32_t *>(sQ + row * SD + j * 8 + t4 * 2) =
+                    fwparts::pack2<T>::make(acc[0][j][r * 2] * inv[r], acc[0][j][r * 2 + 1] * inv[r]);
+            if (p.lse && t4 == 0 && pm < rows)
+                p.lse[lse_index(p, b, hk * p.group + pm % p.group, pm / p.group, sq)] = lse[r];
+        }
+        __syncwarp();
+        T *og = reinterpret_cast<T *>(p.o) + q_base(p, p.o_s, b, sq);
+#pragma unroll
+        for (int c = lane; c < 16 * CPR; c += 32) {
+            const int r = c / CPR, col = c % CPR, pm = m0 + wrow0 + r;
+            if (pm < rows && col * 8 < p.d) {
+                const int i = pm / p.group, h = hk * p.group + pm % p.group;
+                *reinterpret_cast<uint4 *>(og + (int64_t)h * p.o_s[1] + (int64_t)i * p.o_s[2] + col * 8) =
+                    *reinterpret_cast<const uint4 *>(sQ + (wrow0 + r) * SD + col * 8);
+            }
+        }
+    } else {
+        /* Split-KV: the normalised f32 partial and its LSE (-inf where this chunk had no visible key). */
+        const int ld = part_ld(p);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int pm = m0 + wrow0 + g + 8 * r;
+            if (pm >= rows) continue;
+            const int64_t pr = part_row(p, split, b, hk * p.group + pm % p.group, pm / p.group);
+            if (t4 == 0) p.part_lse[pr] = lse[r];
+            float *po = p.part_o + pr * ld;
+#pragma unroll
+            for (int j = 0; j < ND; j++)
+                if (j * 8 < p.d)
+                    *reinterpret_cast<float2 *>(po + j * 8 + t4 * 2) =
+                        make_float2(acc[0][j][r * 2] * inv[r], acc[0][j][r * 2 + 1] * inv[r]);
+        }
+    }
+}
+
+/* Sets the kernel's shared-memory attributes once per device: the device's whole opt-in size (a launch
+ * may pad its dynamic size to cap the blocks per SM) and the largest carveout (K/V bypass L1). */
+template <typename T, int D, int BM, int BN, int ST> static cudaError_t tc_prepare()
+{
+    static std::atomic<unsigned long long> done{0}; /* one bit per device 0..63 */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
+    e = cudaFuncSetAttribute(tc_kernel<T, D, BM, BN, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, di.smem_optin);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(tc_kernel<T, D, BM, BN, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared);
+    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
+    return e;
+}
+
+template <typename T, int D, int BM, int BN, int ST> static int tc_occupancy(size_t smem)
+{
+    if (tc_prepare<T, D, BM, BN, ST>() != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return blocks_per_sm<tc_kernel<T, D, BM, BN, ST>>(smem);
+}
+
+/* Grid: x = m_blocks · splits (split fastest), y = KV heads, z = batch. */
+template <typename T, int D, int BM, int BN, int ST>
+static cudaError_t tc_launch(const fw_srv_params *p, size_t smem, cudaStream_t stream)
+{
+    const cudaError_t e = tc_prepare<T, D, BM, BN, ST>();
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)p->m_blocks * (unsigned)p->splits, (unsigned)p->H_kv, (unsigned)p->B);
+    tc_kernel<T, D, BM, BN, ST><<<grid, 128, smem, stream>>>(*p);
+    return cudaGetLastError();
+}
+
+} /* namespace fwsrv */
+
+#define FW_SRV_TC_VARIANT(D, BM, BN, ST)                                                                   \
+    {D, BM, BN, ST, fwsrv::tc_shape<D, BM, BN, ST>::SMEM,                                                  \
+     {fwsrv::tc_launch<__half, D, BM, BN, ST>, fwsrv::tc_launch<__nv_bfloat16, D, BM, BN, ST>},            \
+     {fwsrv::tc_occupancy<__half, D, BM, BN, ST>, fwsrv::tc_occupancy<__nv_bfloat16, D, BM, BN, ST>}}
+
+#endif
