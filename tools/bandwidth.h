@@ -6,9 +6,15 @@
 #include <stddef.h>
 #include "flashwatt.h"
 
-/* GB/s of a copy of `bytes` (bytes read + written per second; median of 9 copies after a warm-up):
- * on a GPU the device-to-device cudaMemcpy, on the cpu a memcpy split over `threads` OpenMP threads
- * (0 = all cores), each copying the part it first touched. NaN with the reason in why on failure. */
-double fw_copy_bandwidth(fw_device dev, int threads, size_t bytes, char *why, size_t why_len);
+/* Two buffers of `bytes` on a device: on a GPU copied device to device (cudaMemcpy), on the cpu by a
+ * memcpy split over `threads` OpenMP threads (0 = all cores), each copying the part it first touched. */
+typedef struct fw_copier fw_copier;
+
+fw_copier *fw_copier_open(fw_device dev, int threads, size_t bytes, char *why, size_t why_len);
+/* Seconds of one copy (CUDA events on a GPU); NaN if it failed. The bandwidth of a copy counts the
+ * bytes read and written: 2 · bytes / seconds. */
+double fw_copier_run(fw_copier *c);
+size_t fw_copier_bytes(const fw_copier *c);
+void fw_copier_close(fw_copier *c);
 
 #endif

@@ -11,7 +11,7 @@ void fw_row_init(fw_row *r)
     r->ms = r->tflops = r->gbps = r->intensity = NAN;
     r->max_abs_err = r->rel_l2 = r->tol = NAN;
     r->peak_mem_bytes = NAN;
-    r->kv_bytes = r->tokens = r->copy_gbps = NAN;
+    r->kv_bytes = r->tokens = r->copy_gbps = r->copy_pct = NAN;
     r->watts_avg = r->watts_peak = r->joules_per_call = r->gflops_per_watt = r->watts_std = r->idle_w = NAN;
     r->status = FW_ROW_OK;
 }
@@ -112,8 +112,9 @@ void fw_report_bandwidth(FILE *f, const fw_row *rows, int n)
     for (int i = 0; i < n; i++) any |= rows[i].status == FW_ROW_OK && isfinite(rows[i].kv_bytes);
     if (!any) return;
     fprintf(f, "\nKV-cache bandwidth: GB/s = K+V bytes read per call / median time; copy = a copy on the same device "
-               "right after the row (GPU: device-to-device cudaMemcpy; CPU: multi-threaded memcpy), bytes read + "
-               "written; J/token = joules per call / new tokens\n");
+               "right after the row, bytes read + written (GPU: device-to-device cudaMemcpy, median of 9; CPU: "
+               "multi-threaded memcpy); %% copy: GPU the two medians, CPU the median of 9 rounds of one copy then one "
+               "call (paired against other load); J/token = joules per call / new tokens\n");
     fprintf(f, "%-14s %-6s %10s %9s %9s %7s %10s  %s\n", "backend", "device", "us", "GB/s", "copy GB/s", "% copy",
             "J/token", "shape");
     for (int i = 0; i < n; i++) {
@@ -123,7 +124,7 @@ void fw_report_bandwidth(FILE *f, const fw_row *rows, int n)
         fw_shape_text(&r->s, shape, sizeof shape);
         const double gbps = r->kv_bytes / (r->ms * 1e-3) / 1e9;
         num(r->copy_gbps, "%.1f", cp, sizeof cp);
-        num(100.0 * gbps / r->copy_gbps, "%.0f%%", pct, sizeof pct);
+        num(r->copy_pct, "%.0f%%", pct, sizeof pct);
         if (isfinite(r->joules_per_call) && r->tokens > 0) snprintf(jt, sizeof jt, "%.3e", r->joules_per_call / r->tokens);
         else snprintf(jt, sizeof jt, "n/a");
         fprintf(f, "%-14s %-6s %10.1f %9.1f %9s %7s %10s  %s\n", r->backend, r->device, r->ms * 1e3, gbps, cp, pct, jt,
@@ -266,6 +267,7 @@ int fw_report_write_json(const char *path, const fw_row *rows, int n)
             json_str(f, "call", fw_shape_text(s, text, sizeof text));
             json_num(f, "kv_gbps", r->kv_bytes / (r->ms * 1e-3) / 1e9);
             json_num(f, "copy_gbps", r->copy_gbps);
+            json_num(f, "copy_percent", r->copy_pct);
             json_num(f, "joules_per_token", r->tokens > 0 ? r->joules_per_call / r->tokens : NAN);
         }
         json_num(f, "watts_avg", r->watts_avg);

@@ -26,9 +26,10 @@ typedef struct fw_row {
     int ntrace;
     double (*power_trace)[2];        /* [t_s, W] samples inside the window (malloc'd, may be NULL) */
     const char *pass_kind;           /* NULL (forward) or "fwd+bwd" (bench --backward): JSON "phase" */
-    /* KV-cache rows (the bandwidth report): K+V bytes one call reads, its new tokens, and the copy
-     * bandwidth (GB/s, bytes read + written) measured right after the row on its device; NaN else */
-    double kv_bytes, tokens, copy_gbps;
+    /* KV-cache rows (the bandwidth report): K+V bytes one call reads, its new tokens, the copy
+     * bandwidth (GB/s, bytes read + written) measured right after the row on its device, and the
+     * call's K+V GB/s as a percentage of it (cmd_bench.c: bandwidth_row); NaN else */
+    double kv_bytes, tokens, copy_gbps, copy_pct;
     char note[256];
 } fw_row;
 
