@@ -366,6 +366,11 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
     pl.BN = round_up(bn, pl.isa->key_align);
     fw_status status = fw_flash_plan_make(&pl, cfg, threads, ex->err, ex->err_len);
     if (status != FW_OK) return status;
+    /* Streaming items over small pages: one page per tile, read in place, rather than tiles across
+     * pages that must be copied (page size 16, B=4 32/8 heads 8192 keys: 45-47% of the copy
+     * bandwidth against 41-44%). */
+    if (p->block_table && pl.max_panels == 1 && p->page_size % pl.isa->key_align == 0 && p->page_size < pl.BN)
+        pl.BN = p->page_size;
     fw_cpu_kvcache_append(p);
 
 #pragma omp parallel num_threads(threads)
