@@ -165,8 +165,9 @@ fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, const fw_te
  * its bottom-right corner); an empty sequence (equal offsets) is allowed and writes nothing.
  *
  * Values that live on the host (CPU tensors) are checked fully before anything runs: offsets that
- * start at 0, never decrease, end at the packed length and stay within max_seqlen; cache lengths plus
- * new tokens within the cache's capacity; block-table entries inside the page pool. Values on a CUDA
+ * start at 0, never decrease, end at the packed length and stay within max_seqlen; cache lengths >= 0
+ * and, plus new tokens, within the cache's capacity; the block-table entries a sequence uses (its
+ * first ceil(keys / page_size); the rest of a row is never read) inside the page pool. Values on a CUDA
  * device are not read by the host (no synchronisation, so the call can be captured into a CUDA graph
  * and replayed while they change); the kernels clamp them instead and never touch memory outside the
  * tensors: an offset outside [0, total] is clamped into it, a sequence longer than max_seqlen is cut

@@ -14,6 +14,7 @@
 #include "report.h"
 #include "suites.h"
 #include "energy.h"
+#include "bandwidth.h"
 #include "sched/sched.h"
 #include "core/dtype.h"
 #ifdef FW_HAVE_CUDA
@@ -53,6 +54,7 @@ static int cross_product(const fw_cli *cli, fw_shape *out, int max)
         s.layout_bshd = (int)VAL(cli->layout, i, 0);
         s.window_left = cli->have_window ? cli->window_left : FW_WINDOW_UNLIMITED;
         s.window_right = cli->have_window ? cli->window_right : FW_WINDOW_UNLIMITED;
+        if (cli->serving.nseq) fw_shape_set_serving(&s, &cli->serving); /* one ragged batch, its own lengths */
         out[n++] = s;
     }
     return n;
@@ -92,7 +94,7 @@ static double measure_rate(const char *backend, const fw_shape *s, fw_device dev
         fw_context *ctx = NULL;
         int ok = fw_context_create(&ctx) == FW_OK && fw_context_set_backend(ctx, backend) == FW_OK &&
                  fw_context_set_threads(ctx, s->threads) == FW_OK &&
-                 fw_backend_supports(backend, &r.q, &r.k, &r.v, &r.o, &c.params, NULL, 0) == FW_OK;
+                 fw_run_supports(&r, backend, NULL, 0) == FW_OK;
         for (int i = 0; ok && i < warm; i++) ok = fw_run_forward(&r, ctx) == FW_OK;
         double best = INFINITY;
         for (int i = 0; ok && i < timed; i++) {
@@ -245,6 +247,57 @@ static int bench_backward_row(const fw_cli *cli, fw_run *r, fw_bwd *bw, fw_conte
     return 0;
 }
 
+/* ---- KV-cache rows: the decode roofline ------------------------------------------------------ */
+#define BW_ROUNDS 9
+
+static double median_of(double *x, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[j] < x[j - 1]; j--) {
+            const double t = x[j]; x[j] = x[j - 1]; x[j - 1] = t;
+        }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* K+V bytes per call against a copy on the same device. On the cpu, where other processes come and
+ * go, copies and calls alternate for BW_ROUNDS rounds and the percentage is the median of each
+ * round's ratio; on a GPU it is the row's median time against the median copy. */
+static void bandwidth_row(fw_run *r, fw_context *ctx, fw_row *row, fw_device dev)
+{
+    const fw_serving_shape *sv = row->s.serving;
+    row->kv_bytes = fw_run_kv_bytes(r);
+    row->tokens = 0;
+    for (int b = 0; b < sv->nseq; b++) row->tokens += sv->seq_q[b];
+    char why[256] = "";
+    const int gpu = dev.kind == FW_DEVICE_CUDA;
+    fw_copier *cp = fw_copier_open(dev, row->s.threads, gpu ? (size_t)1 << 30 : (size_t)256 << 20, why, sizeof why);
+    double bw[BW_ROUNDS], ratio[BW_ROUNDS];
+    int ok = cp != NULL;
+    for (int i = 0; ok && i < BW_ROUNDS; i++) {
+        bw[i] = 2.0 * (double)fw_copier_bytes(cp) / fw_copier_run(cp) / 1e9;
+        double call_s = row->ms * 1e-3;
+        if (!gpu) {
+            const double t0 = fw_now_seconds();
+            ok = fw_run_forward(r, ctx) == FW_OK;
+            call_s = fw_now_seconds() - t0;
+        }
+        ratio[i] = row->kv_bytes / call_s / 1e9 / bw[i];
+        if (!isfinite(bw[i])) {
+            ok = 0;
+            snprintf(why, sizeof why, "the copy failed");
+        }
+    }
+    fw_copier_close(cp);
+    if (ok) {
+        row->copy_gbps = median_of(bw, BW_ROUNDS);
+        row->copy_pct = 100.0 * median_of(ratio, BW_ROUNDS);
+    } else {
+        const size_t nl = strlen(row->note);
+        snprintf(row->note + nl, sizeof row->note - nl, "%scopy bandwidth n/a: %.120s", nl ? "; " : "",
+                 why[0] ? why : fw_context_last_error(ctx));
+    }
+}
+
 /* ---- energy: calls for the window ------------------------------------------------------- */
 typedef struct bench_arg {
     fw_run *r;
@@ -255,7 +308,7 @@ typedef struct bench_arg {
 static fw_status bench_call(void *a)
 {
     bench_arg *b = (bench_arg *)a;
-    return fw_attention_forward(b->ctx, &b->r->q, &b->r->k, &b->r->v, &b->r->o, b->r->lse, &b->r->c.params);
+    return fw_run_call(b->r, b->ctx);
 }
 
 static fw_status bench_sync(void *a) { return fw_device_sync(((bench_arg *)a)->cuda_index); }
@@ -514,8 +567,7 @@ int fw_cmd_bench(int argc, char **argv)
             }
             fw_run *r = &runs[di];
             char why[512];
-            if (!is_auto &&
-                fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
+            if (!is_auto && fw_run_supports(r, row->backend, why, sizeof why) != FW_OK) {
                 row->status = FW_ROW_SKIPPED;
                 snprintf(row->note, sizeof row->note, "unsupported: %.240s", why);
                 fw_report_bench_row(stdout, row);
@@ -524,7 +576,7 @@ int fw_cmd_bench(int argc, char **argv)
             const double flops = fw_run_flops(r), bytes = fw_run_bytes(r);
             const double rate = rate_of(row->backend, dev, s->dtype, s->head_dim, s->threads);
             double est = rate > 0 ? flops / rate : NAN;
-            if (!di && cli.max_call_s > 0 && est > cli.max_call_s && s->batch * s->heads > 1) {
+            if (!di && cli.max_call_s > 0 && est > cli.max_call_s && s->batch * s->heads > 1 && !s->serving) {
                 /* the small calibration problem underrates tiled backends: before skipping, time a
                  * slice of this shape (one head per thread, same lengths) when that is affordable */
                 fw_shape slice = *s;
@@ -596,9 +648,9 @@ int fw_cmd_bench(int argc, char **argv)
                     row->rel_l2 = e.rel_l2;
                     row->tol = e.tol;
                     if (!e.pass) fails++;
-                    if (e.unwritten || e.nan_mismatch)
-                        snprintf(row->note, sizeof row->note, "%ld unwritten, %ld NaN mismatches", e.unwritten,
-                                 e.nan_mismatch);
+                    if (e.unwritten || e.nan_mismatch || e.cache_mismatch)
+                        snprintf(row->note, sizeof row->note, "%ld unwritten, %ld NaN mismatches, %ld cache elements wrong",
+                                 e.unwritten, e.nan_mismatch, e.cache_mismatch);
                 }
             } else {
                 if (cli.max_ref_s <= 0)
@@ -629,6 +681,7 @@ int fw_cmd_bench(int argc, char **argv)
             row->tflops = flops / (ms * 1e-3) / 1e12;
             row->gbps = bytes / (ms * 1e-3) / 1e9;
             row->intensity = flops / bytes;
+            if (s->serving && s->serving->kind == FW_CASE_KVCACHE) bandwidth_row(r, ctx, row, dev);
             if (di) {
                 /* the call's tensors plus the device memory the backend newly holds after this row's
                  * calls (cudaMemGetInfo before and after). Workspace a backend cached on an earlier
@@ -696,6 +749,7 @@ int fw_cmd_bench(int argc, char **argv)
     }
     printf("%d ran, %d skipped, %d errors, %d over tolerance; %.1f s\n", ran, skipped, errors, fails,
            fw_now_seconds() - start);
+    fw_report_bandwidth(stdout, rows, nrows);
     int wrc = 0;
     if (cli.csv && fw_report_write_csv(cli.csv, rows, nrows)) wrc = 1;
     if (cli.json && fw_report_write_json(cli.json, rows, nrows)) wrc = 1;

@@ -66,12 +66,6 @@ int fw_registry_count(void);
 const fw_backend *fw_registry_get(int index);
 const fw_backend *fw_registry_find(const char *name);
 
-#ifdef FW_HAVE_CUDA
-/* Copies device memory to the host and waits for it (cudaMemcpyAsync on `stream`, a cudaStream_t or NULL,
- * then a stream synchronisation): for fw_context_set_check_device_values. FW_ERR_DEVICE on failure. */
-fw_status fw_cuda_copy_to_host(void *dst, const void *src, size_t bytes, void *stream);
-#endif
-
 /* Helper for backends: printf into the why/err buffer; returns 0 so "return fw_why(...)" reads well. */
 int fw_why(char *buf, size_t len, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -270,6 +270,8 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     p->deterministic = ctx->deterministic;
     p->memory_budget = ctx->memory_budget;
     p->knobs = &ctx->knobs;
+    p->workspace = ctx->workspace; /* every CUDA call, dense decode shapes too, takes its scratch from here */
+    p->workspace_bytes = ctx->workspace_bytes;
     if (p->precision != FW_PRECISION_EXACT && p->dtype != FW_F32) {
         set_error(ctx, "a reduced precision mode applies to f32 inputs only; these are f16/bf16");
         return FW_ERR_INVALID_VALUE;
@@ -388,6 +390,7 @@ fw_status fw_backend_supports(const char *name, const fw_tensor *q, const fw_ten
 
 double fw_problem_pairs(const fw_problem *p)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_serving_pairs(p) / (double)p->batch;
     if (!p->has_window) return (double)p->seqlen_q * (double)p->seqlen_k;
     double pairs = 0;
     for (int64_t i = 0; i < p->seqlen_q; i++) {
@@ -400,33 +403,69 @@ double fw_problem_pairs(const fw_problem *p)
 
 double fw_problem_flops(const fw_problem *p)
 {
+    if (p->kind != FW_CALL_DENSE) return 4.0 * (double)p->head_dim * fw_serving_pairs(p) * (double)p->heads;
     return 4.0 * (double)p->head_dim * fw_problem_pairs(p) * (double)p->batch * (double)p->heads;
 }
 
-/* ---- serving calls (implemented with their validation in a later change) ---------------------- */
+/* ---- for the serving entry points (api_serving.c) ------------------------------------------ */
 
-fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
-                                      fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
-{
-    (void)q; (void)k; (void)v; (void)o; (void)lse; (void)seqs; (void)params;
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
-    set_error(ctx, "fw_attention_varlen_forward is not implemented yet");
-    return FW_ERR_NOT_IMPLEMENTED;
-}
+void fw_api_set_error(fw_context *ctx, const char *msg) { set_error(ctx, msg); }
 
-fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
-                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
-                                       const fw_varlen *q_seqs, const fw_attn_params *params)
-{
-    (void)q; (void)cache; (void)k_new; (void)v_new; (void)o; (void)lse; (void)q_seqs; (void)params;
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
-    set_error(ctx, "fw_attention_kvcache_forward is not implemented yet");
-    return FW_ERR_NOT_IMPLEMENTED;
-}
+fw_status fw_api_run_forward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_FORWARD); }
 
 fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
 {
-    if (!ctx || !query || !bytes) return FW_ERR_NULL_ARGUMENT;
+    if (!ctx) return FW_ERR_NULL_ARGUMENT;
+    if (!query || !bytes) {
+        set_error(ctx, !query ? "query is NULL" : "bytes is NULL");
+        return FW_ERR_NULL_ARGUMENT;
+    }
     *bytes = 0;
+    char msg[256];
+    const fw_workspace_query *w = query;
+    const int64_t sizes[6] = {w->max_batch, w->heads, w->kv_heads, w->head_dim, w->max_seqlen_q, w->max_seqlen_k};
+    static const char *names[6] = {"max_batch", "heads", "kv_heads", "head_dim", "max_seqlen_q", "max_seqlen_k"};
+    for (int i = 0; i < 6; i++)
+        if (sizes[i] < 1 || sizes[i] > ((int64_t)1 << 31)) {
+            snprintf(msg, sizeof msg, "query.%s is %lld; it must be in 1..2^31", names[i], (long long)sizes[i]);
+            set_error(ctx, msg);
+            return FW_ERR_INVALID_SHAPE;
+        }
+    if (w->head_dim > FW_MAX_HEAD_DIM || w->heads % w->kv_heads != 0) {
+        snprintf(msg, sizeof msg, w->head_dim > FW_MAX_HEAD_DIM ? "query.head_dim %lld is above the supported 256"
+                                                                 : "query.heads %lld is not a multiple of kv_heads",
+                 (long long)(w->head_dim > FW_MAX_HEAD_DIM ? w->head_dim : w->heads));
+        set_error(ctx, msg);
+        return FW_ERR_INVALID_SHAPE;
+    }
+    if (w->dtype != FW_F32 && w->dtype != FW_F16 && w->dtype != FW_BF16) {
+        set_error(ctx, "query.dtype is not one of f32, f16, bf16");
+        return FW_ERR_INVALID_VALUE;
+    }
+    /* The largest bound of the backends that may run such a call on the device (the named one only). */
+    fw_problem p;
+    memset(&p, 0, sizeof p);
+    p.kind = FW_CALL_KVCACHE;
+    p.device = w->device;
+    p.dtype = w->dtype;
+    p.batch = w->max_batch;
+    p.heads = w->heads;
+    p.kv_heads = w->kv_heads;
+    p.group = w->heads / w->kv_heads;
+    p.head_dim = w->head_dim;
+    p.seqlen_q = w->max_seqlen_q;
+    p.seqlen_k = w->max_seqlen_k;
+    p.capacity = w->max_seqlen_k;
+    p.precision = ctx->precision;
+    p.knobs = &ctx->knobs;
+    const int named = strcmp(ctx->backend, "auto") != 0;
+    for (int i = 0; i < fw_registry_count(); i++) {
+        const fw_backend *b = fw_registry_get(i);
+        if (b->device != w->device.kind || !b->workspace || (named && strcmp(b->name, ctx->backend) != 0)) continue;
+        if (!b->available(msg, sizeof msg)) continue;
+        const size_t n = b->workspace(&p);
+        if (n > *bytes) *bytes = n;
+    }
+    ctx->last_error[0] = 0;
     return FW_OK;
 }

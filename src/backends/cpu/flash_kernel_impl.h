@@ -40,6 +40,15 @@
 #define FW_ALWAYS_INLINE inline
 #endif
 
+/* The next tile's rows j .. j + FW_SK - 1 into L2 (fw_flash_panel.next_rows): a few lines per step of
+ * the key loop rather than a burst, which would stall on the core's outstanding-miss limit. */
+static FW_ALWAYS_INLINE void FW_FN(fetch_next)(const fw_flash_panel *a, const int j)
+{
+    const int end = j + FW_SK < a->next_n ? j + FW_SK : a->next_n;
+    for (int r = 2 * j; r < 2 * end; r++)
+        for (int64_t c = 0; c < a->next_row_bytes; c += 64) __builtin_prefetch(a->next_rows[r] + c, 0, 2);
+}
+
 /* 1. Sᵀ[j][r] = scale · Σ_d K[j][d] Q[r][d] for j in [k0, k1), and the running row max of this
  * tile (into a->alpha, which step 3 overwrites) taken while the tile is still in registers.
  * Masked tiles take the max after masking instead (want_max = 0, step 3 scans the tile). */
@@ -52,6 +61,7 @@ static FW_ALWAYS_INLINE void FW_FN(qk)(const fw_flash_panel *a, const int64_t D,
     const int k1 = a->k1;
     float *s = a->s;
     for (int j = a->k0; j < k1; j += FW_SK) {
+        if (a->next_rows) FW_FN(fetch_next)(a, j);
         FWV acc[FW_SK][FW_SV];
         for (int kk = 0; kk < FW_SK; kk++)
             for (int v = 0; v < nv; v++) acc[kk][v] = fwv_set1(0.0f);

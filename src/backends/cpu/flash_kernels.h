@@ -41,6 +41,12 @@ typedef struct fw_flash_panel {
     int v_bad;             /* the V tile holds inf/NaN: masked keys must not be multiplied in
                               (the driver computes it whenever mask is set) */
     float scale;           /* softmax scale times log2(e) */
+    /* Optional (NULL): rows to fetch into L2 while this tile is computed, spread over the key loop so
+     * that memory works beside the arithmetic (a memory-bound item's next tile: K row j at
+     * next_rows[2j], V row j at next_rows[2j + 1], next_row_bytes each, j < next_n). */
+    const char *const *next_rows;
+    int next_n;
+    int64_t next_row_bytes;
 } fw_flash_panel;
 
 typedef void (*fw_flash_panel_fn)(const fw_flash_panel *a);
