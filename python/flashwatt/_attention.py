@@ -1,7 +1,6 @@
 """flashwatt.attention(): argument handling and the NumPy path; torch tensors go to _torch.py."""
 from __future__ import annotations
 
-import operator
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -27,8 +26,9 @@ def make_params(causal: bool, scale: Optional[float], window: Optional[Sequence[
     if window is not None:
         if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
             raise ValueError(f"window must be a pair (left, right) of ints or None, got {window!r}")
-        left = _lib.WINDOW_UNLIMITED if window[0] is None else operator.index(window[0])
-        right = _lib.WINDOW_UNLIMITED if window[1] is None else operator.index(window[1])
+        # Checked here: a ctypes int64 field would silently wrap a larger value.
+        left = _lib.WINDOW_UNLIMITED if window[0] is None else _lib.check_int(window[0], "window[0]", *_lib.INT64_RANGE)
+        right = _lib.WINDOW_UNLIMITED if window[1] is None else _lib.check_int(window[1], "window[1]", *_lib.INT64_RANGE)
     p.window_left = left
     p.window_right = right
     return p
