@@ -1,4 +1,4 @@
-#include "fw_harness.h"
+#include "fw_harness_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,10 +11,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-/* Poison patterns: NaNs with payloads no arithmetic produces. */
-#define POISON_F32 0x7fbadbadu
-#define POISON_16 0x7dadu  /* an f16 NaN; as bf16 also a NaN (exponent all ones) */
-#define POISON_BF16 0x7fadu
 
 fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_k,
                       int64_t head_dim, fw_dtype dtype, uint64_t seed)
@@ -30,6 +26,7 @@ fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t se
 
 const char *fw_case_label(const fw_case *c, char *buf, size_t len)
 {
+    if (c->kind != FW_CASE_DENSE) return fwh_serving_label(c, buf, len);
     const fw_attn_params *p = &c->params;
     snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld%s seed%llu",
              (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
@@ -62,7 +59,7 @@ double fw_now_seconds(void)
 }
 
 /* ---- random numbers: splitmix64 + Box-Muller, reproducible from the seed -------------------- */
-static uint64_t splitmix(uint64_t *s)
+uint64_t fwh_splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -70,7 +67,7 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double uniform01(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double uniform01(uint64_t *s) { return ((double)(fwh_splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
 static float randn(uint64_t *s)
 {
@@ -79,34 +76,34 @@ static float randn(uint64_t *s)
 }
 
 /* ---- layout ------------------------------------------------------------------------------- */
-static fw_tensor describe(void *data, const fw_case *c, int64_t heads, int64_t seq, size_t *elems)
+fw_tensor fwh_describe(void *data, const fw_case *c, int64_t batch, int64_t heads, int64_t seq, size_t *elems)
 {
     const int64_t row = c->head_dim + c->pad;
     fw_tensor t;
     memset(&t, 0, sizeof t);
     t.data = data; t.dtype = c->dtype; t.device = c->device;
-    t.size[0] = c->batch; t.size[1] = heads; t.size[2] = seq; t.size[3] = c->head_dim;
+    t.size[0] = batch; t.size[1] = heads; t.size[2] = seq; t.size[3] = c->head_dim;
     t.stride[3] = 1;
     if (c->layout_bshd) {
         t.stride[1] = row; t.stride[2] = heads * row; t.stride[0] = seq * heads * row;
     } else {
         t.stride[2] = row; t.stride[1] = seq * row; t.stride[0] = heads * seq * row;
     }
-    *elems = (size_t)(c->batch * heads * seq * row);
+    *elems = (size_t)(batch * heads * seq * row);
     return t;
 }
 
-static int64_t offset_of(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
+int64_t fwh_offset_of(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
 {
     return b * t->stride[0] + h * t->stride[1] + s * t->stride[2] + d;
 }
 
-static void fill_random(void *buf, fw_dtype t, size_t n, uint64_t *seed)
+void fwh_fill_random(void *buf, fw_dtype t, size_t n, uint64_t *seed)
 {
     for (size_t i = 0; i < n; i++) fw_store_f32(buf, t, (int64_t)i, randn(seed));
 }
 
-static void poison_host(void *buf, fw_dtype t, size_t n)
+void fwh_poison_host(void *buf, fw_dtype t, size_t n)
 {
     if (t == FW_F32) {
         uint32_t *p = (uint32_t *)buf;
@@ -118,14 +115,14 @@ static void poison_host(void *buf, fw_dtype t, size_t n)
     }
 }
 
-static int is_poison(const void *buf, fw_dtype t, int64_t i)
+int fwh_is_poison(const void *buf, fw_dtype t, int64_t i)
 {
     if (t == FW_F32) return ((const uint32_t *)buf)[i] == POISON_F32;
     return ((const uint16_t *)buf)[i] == (t == FW_F16 ? POISON_16 : POISON_BF16);
 }
 
 /* ---- device memory ------------------------------------------------------------------------ */
-static int on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; }
+int fwh_on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; }
 
 #ifdef FW_HAVE_CUDA
 #define CUDA_OR_FAIL(call)                                                                         \
@@ -138,9 +135,9 @@ static int on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; 
     } while (0)
 #endif
 
-static fw_status dev_alloc(const fw_run *r, void **p, size_t bytes)
+fw_status fwh_dev_alloc(const fw_run *r, void **p, size_t bytes)
 {
-    if (!on_gpu(r)) {
+    if (!fwh_on_gpu(r)) {
         *p = malloc(bytes);
         return *p ? FW_OK : FW_ERR_OUT_OF_MEMORY;
     }
@@ -154,10 +151,10 @@ static fw_status dev_alloc(const fw_run *r, void **p, size_t bytes)
 #endif
 }
 
-static void dev_free(const fw_run *r, void *p)
+void fwh_dev_free(const fw_run *r, void *p)
 {
     if (!p) return;
-    if (!on_gpu(r)) { free(p); return; }
+    if (!fwh_on_gpu(r)) { free(p); return; }
 #ifdef FW_HAVE_CUDA
     cudaFree(p);
 #endif
@@ -165,10 +162,10 @@ static void dev_free(const fw_run *r, void *p)
 
 /* Copy host->device (dir=1) or device->host (dir=0); plain memcpy when the run is on the cpu
  * and the buffers differ. */
-static fw_status copy(const fw_run *r, void *dst, const void *src, size_t bytes, int to_device)
+fw_status fwh_copy(const fw_run *r, void *dst, const void *src, size_t bytes, int to_device)
 {
     if (dst == src) return FW_OK;
-    if (!on_gpu(r)) { memcpy(dst, src, bytes); return FW_OK; }
+    if (!fwh_on_gpu(r)) { memcpy(dst, src, bytes); return FW_OK; }
 #ifdef FW_HAVE_CUDA
     CUDA_OR_FAIL(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
     return FW_OK;
@@ -178,9 +175,9 @@ static fw_status copy(const fw_run *r, void *dst, const void *src, size_t bytes,
 #endif
 }
 
-static fw_status sync_device(const fw_run *r)
+fw_status fwh_sync_device(const fw_run *r)
 {
-    if (!on_gpu(r)) return FW_OK;
+    if (!fwh_on_gpu(r)) return FW_OK;
 #ifdef FW_HAVE_CUDA
     CUDA_OR_FAIL(cudaDeviceSynchronize());
     CUDA_OR_FAIL(cudaGetLastError());
@@ -197,9 +194,10 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
         snprintf(msg, len, "no CUDA device %d here (%d visible)", c->device.index, fw_cuda_device_count());
         return FW_ERR_DEVICE_MISMATCH;
     }
+    if (c->kind != FW_CASE_DENSE) return fwh_serving_alloc(r, c, msg, len);
     const size_t es = fw_dtype_size(c->dtype);
-    fw_tensor tq = describe(NULL, c, c->heads, c->seqlen_q, &r->q_elems);
-    fw_tensor tk = describe(NULL, c, c->kv_heads, c->seqlen_k, &r->kv_elems);
+    fw_tensor tq = fwh_describe(NULL, c, c->batch, c->heads, c->seqlen_q, &r->q_elems);
+    fw_tensor tk = fwh_describe(NULL, c, c->batch, c->kv_heads, c->seqlen_k, &r->kv_elems);
     r->o_elems = r->q_elems;
     r->host_q = malloc(r->q_elems * es);
     r->host_k = malloc(r->kv_elems * es);
@@ -213,33 +211,33 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
         return FW_ERR_OUT_OF_MEMORY;
     }
     uint64_t seed = c->seed * 0x2545f4914f6cdd1dull + 17;
-    fill_random(r->host_q, c->dtype, r->q_elems, &seed);
-    fill_random(r->host_k, c->dtype, r->kv_elems, &seed);
-    fill_random(r->host_v, c->dtype, r->kv_elems, &seed);
+    fwh_fill_random(r->host_q, c->dtype, r->q_elems, &seed);
+    fwh_fill_random(r->host_k, c->dtype, r->kv_elems, &seed);
+    fwh_fill_random(r->host_v, c->dtype, r->kv_elems, &seed);
 
     void *dq, *dk, *dv, *dout, *dlse = NULL;
     fw_status st;
-    if (!on_gpu(r)) {
+    if (!fwh_on_gpu(r)) {
         dq = r->host_q; dk = r->host_k; dv = r->host_v; dout = r->host_o;
         if (c->want_lse) dlse = r->host_lse;
     } else {
-        if ((st = dev_alloc(r, &dq, r->q_elems * es)) || (st = dev_alloc(r, &dk, r->kv_elems * es)) ||
-            (st = dev_alloc(r, &dv, r->kv_elems * es)) || (st = dev_alloc(r, &dout, r->o_elems * es)) ||
-            (c->want_lse && (st = dev_alloc(r, &dlse, lse_n * sizeof(float))))) {
+        if ((st = fwh_dev_alloc(r, &dq, r->q_elems * es)) || (st = fwh_dev_alloc(r, &dk, r->kv_elems * es)) ||
+            (st = fwh_dev_alloc(r, &dv, r->kv_elems * es)) || (st = fwh_dev_alloc(r, &dout, r->o_elems * es)) ||
+            (c->want_lse && (st = fwh_dev_alloc(r, &dlse, lse_n * sizeof(float))))) {
             snprintf(msg, len, "device allocation failed (%s)", fw_status_string(st));
             r->q.data = NULL;
             fw_run_free(r);
             return st;
         }
     }
-    r->q = describe(dq, c, c->heads, c->seqlen_q, &r->q_elems);
-    r->k = describe(dk, c, c->kv_heads, c->seqlen_k, &r->kv_elems);
-    r->v = describe(dv, c, c->kv_heads, c->seqlen_k, &r->kv_elems);
-    r->o = describe(dout, c, c->heads, c->seqlen_q, &r->o_elems);
+    r->q = fwh_describe(dq, c, c->batch, c->heads, c->seqlen_q, &r->q_elems);
+    r->k = fwh_describe(dk, c, c->batch, c->kv_heads, c->seqlen_k, &r->kv_elems);
+    r->v = fwh_describe(dv, c, c->batch, c->kv_heads, c->seqlen_k, &r->kv_elems);
+    r->o = fwh_describe(dout, c, c->batch, c->heads, c->seqlen_q, &r->o_elems);
     r->lse = (float *)dlse;
     (void)tq; (void)tk;
-    if ((st = copy(r, dq, r->host_q, r->q_elems * es, 1)) || (st = copy(r, dk, r->host_k, r->kv_elems * es, 1)) ||
-        (st = copy(r, dv, r->host_v, r->kv_elems * es, 1))) {
+    if ((st = fwh_copy(r, dq, r->host_q, r->q_elems * es, 1)) || (st = fwh_copy(r, dk, r->host_k, r->kv_elems * es, 1)) ||
+        (st = fwh_copy(r, dv, r->host_v, r->kv_elems * es, 1))) {
         snprintf(msg, len, "copy of the inputs to the device failed");
         fw_run_free(r);
         return st;
@@ -251,9 +249,10 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
 
 void fw_run_free(fw_run *r)
 {
-    if (on_gpu(r)) {
-        dev_free(r, r->q.data); dev_free(r, r->k.data); dev_free(r, r->v.data);
-        dev_free(r, r->o.data); dev_free(r, r->lse);
+    if (r->c.kind != FW_CASE_DENSE) fwh_serving_free(r);
+    if (fwh_on_gpu(r)) {
+        fwh_dev_free(r, r->q.data); fwh_dev_free(r, r->k.data); fwh_dev_free(r, r->v.data);
+        fwh_dev_free(r, r->o.data); fwh_dev_free(r, r->lse);
     }
     free(r->host_q); free(r->host_k); free(r->host_v); free(r->host_o); free(r->host_lse);
     free(r->ref_o); free(r->ref_lse); free(r->lowp_o);
@@ -264,11 +263,11 @@ fw_status fw_run_set_input(fw_run *r, char which, int64_t b, int64_t h, int64_t 
 {
     fw_tensor *t = which == 'q' ? &r->q : which == 'k' ? &r->k : &r->v;
     void *host = which == 'q' ? r->host_q : which == 'k' ? r->host_k : r->host_v;
-    const int64_t off = offset_of(t, b, h, s, d);
+    const int64_t off = fwh_offset_of(t, b, h, s, d);
     const size_t es = fw_dtype_size(r->c.dtype);
     fw_store_f32(host, r->c.dtype, off, x);
     r->have_ref = 0;
-    return copy(r, (char *)t->data + off * (int64_t)es, (char *)host + off * (int64_t)es, es, 1);
+    return fwh_copy(r, (char *)t->data + off * (int64_t)es, (char *)host + off * (int64_t)es, es, 1);
 }
 
 fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor)
@@ -279,27 +278,40 @@ fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor)
     for (size_t i = 0; i < r->kv_elems; i++)
         fw_store_f32(r->host_k, r->c.dtype, (int64_t)i, k_factor * fw_load_f32(r->host_k, r->c.dtype, (int64_t)i));
     r->have_ref = 0;
-    fw_status st = copy(r, r->q.data, r->host_q, r->q_elems * es, 1);
-    if (st == FW_OK) st = copy(r, r->k.data, r->host_k, r->kv_elems * es, 1);
+    fw_status st = fwh_copy(r, r->q.data, r->host_q, r->q_elems * es, 1);
+    if (st == FW_OK) st = fwh_copy(r, r->k.data, r->host_k, r->kv_elems * es, 1);
     return st;
 }
 
 fw_status fw_run_poison(fw_run *r)
 {
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_poison(r);
     const size_t es = fw_dtype_size(r->c.dtype);
     const size_t lse_n = (size_t)(r->c.batch * r->c.heads * r->c.seqlen_q);
-    poison_host(r->host_o, r->c.dtype, r->o_elems);
-    poison_host(r->host_lse, FW_F32, lse_n);
-    fw_status st = copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
-    if (st == FW_OK && r->lse) st = copy(r, r->lse, r->host_lse, lse_n * sizeof(float), 1);
+    fwh_poison_host(r->host_o, r->c.dtype, r->o_elems);
+    fwh_poison_host(r->host_lse, FW_F32, lse_n);
+    fw_status st = fwh_copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
+    if (st == FW_OK && r->lse) st = fwh_copy(r, r->lse, r->host_lse, lse_n * sizeof(float), 1);
     return st;
+}
+
+fw_status fw_run_call(fw_run *r, fw_context *ctx)
+{
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_call(r, ctx);
+    return fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
 }
 
 fw_status fw_run_forward(fw_run *r, fw_context *ctx)
 {
-    fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+    fw_status st = fw_run_call(r, ctx);
     if (st != FW_OK) return st;
-    return sync_device(r);
+    return fwh_sync_device(r);
+}
+
+fw_status fw_run_supports(const fw_run *r, const char *name, char *why, size_t why_len)
+{
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_supports(r, name, why, why_len);
+    return fw_backend_supports(name, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, why_len);
 }
 
 /* ---- reference ----------------------------------------------------------------------------- */
@@ -314,11 +326,11 @@ static float *to_f32_bhsd(const fw_run *r, const void *host, const fw_tensor *t)
         for (int64_t h = 0; h < H; h++)
             for (int64_t s = 0; s < S; s++)
                 for (int64_t d = 0; d < D; d++)
-                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, r->c.dtype, offset_of(t, b, h, s, d));
+                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, r->c.dtype, fwh_offset_of(t, b, h, s, d));
     return out;
 }
 
-static float round_to(fw_dtype t, float x)
+float fwh_round_to(fw_dtype t, float x)
 {
     if (t == FW_F16) return fw_f16_to_f32(fw_f32_to_f16(x));
     if (t == FW_BF16) return fw_bf16_to_f32(fw_f32_to_bf16(x));
@@ -327,43 +339,46 @@ static float round_to(fw_dtype t, float x)
 
 /* The same attention done in the input dtype, as FlashAttention's tests do it with upcast=False:
  * S = Q·Kᵀ rounded to the dtype, scaled in the dtype, softmax in f32, P rounded to the dtype,
- * O = P·V accumulated in f32 and rounded to the dtype. */
-static void lowp_reference(const fw_run *r, const float *q, const float *k, const float *v, float *out)
+ * O = P·V accumulated in f32 and rounded to the dtype. p describes float32 host copies (any call kind,
+ * through the per-sequence accessors); out has p's o strides. */
+void fwh_lowp_attention(const fw_problem *p, fw_dtype t, float *out)
 {
-    const fw_problem *p = &r->problem;
-    const int64_t D = p->head_dim, Lq = p->seqlen_q, Lk = p->seqlen_k;
-    const fw_dtype t = r->c.dtype;
-    const float scale = round_to(t, p->scale);
+    const int64_t D = p->head_dim, Lk = p->seqlen_k > 0 ? p->seqlen_k : 1;
+    const float *q = (const float *)p->q, *k = (const float *)p->k, *v = (const float *)p->v;
+    const float scale = fwh_round_to(t, p->scale);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < p->batch * p->heads; bh++) {
         const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
-        const float *kb = k + (b * p->kv_heads + hk) * Lk * D;
-        const float *vb = v + (b * p->kv_heads + hk) * Lk * D;
+        int64_t row0, lq;
+        fw_seq_q(p, b, &row0, &lq);
+        const int64_t lk = fw_seq_k_len(p, b);
         float *s = (float *)malloc((size_t)Lk * sizeof(float));
-        if (!s) { /* NaN rows make the tolerance NaN, so the comparison fails rather than guesses */
-            for (int64_t x = 0; x < Lq * D; x++) out[bh * Lq * D + x] = NAN;
-            continue;
-        }
-        for (int64_t i = 0; i < Lq; i++) {
-            const float *qi = q + (bh * Lq + i) * D;
-            float *oi = out + (bh * Lq + i) * D;
+        for (int64_t i = 0; i < lq; i++) {
+            const float *qi = q + fw_row_offset(p, p->q_stride, b, h, i);
+            float *oi = out + fw_row_offset(p, p->o_stride, b, h, i);
+            if (!s) { /* NaN rows make the tolerance NaN, so the comparison fails rather than guesses */
+                for (int64_t d = 0; d < D; d++) oi[d] = NAN;
+                continue;
+            }
             int64_t lo, hi;
-            fw_key_range(p, i, &lo, &hi);
+            fw_seq_key_range(p, lq, lk, i, &lo, &hi);
             float m = -INFINITY;
             for (int64_t j = lo; j < hi; j++) {
+                const float *kj = k + fw_key_offset(p, p->k_stride, b, hk, j);
                 float dot = 0;
-                for (int64_t d = 0; d < D; d++) dot += qi[d] * kb[j * D + d];
-                s[j] = round_to(t, round_to(t, dot) * scale);
+                for (int64_t d = 0; d < D; d++) dot += qi[d] * kj[d];
+                s[j] = fwh_round_to(t, fwh_round_to(t, dot) * scale);
                 if (s[j] > m) m = s[j];
             }
             float l = 0;
             for (int64_t j = lo; j < hi; j++) { s[j] = expf(s[j] - m); l += s[j]; }
             for (int64_t d = 0; d < D; d++) oi[d] = 0;
             for (int64_t j = lo; j < hi; j++) {
-                const float w = round_to(t, s[j] / l);
-                for (int64_t d = 0; d < D; d++) oi[d] += w * vb[j * D + d];
+                const float w = fwh_round_to(t, s[j] / l);
+                const float *vj = v + fw_key_offset(p, p->v_stride, b, hk, j);
+                for (int64_t d = 0; d < D; d++) oi[d] += w * vj[d];
             }
-            for (int64_t d = 0; d < D; d++) oi[d] = round_to(t, oi[d]);
+            for (int64_t d = 0; d < D; d++) oi[d] = fwh_round_to(t, oi[d]);
         }
         free(s);
     }
@@ -394,7 +409,15 @@ static fw_status compute_reference(fw_run *r)
         if (st != FW_OK) fprintf(stderr, "harness: reference failed: %s\n", fw_context_last_error(ctx));
         if (st == FW_OK && c->dtype != FW_F32) {
             r->lowp_o = (float *)malloc(on * sizeof(float));
-            if (r->lowp_o) lowp_reference(r, q, k, v, r->lowp_o);
+            if (r->lowp_o) {
+                fw_problem hp = r->problem; /* the f32 (B, H, S, D) copies */
+                hp.q = q; hp.k = k; hp.v = v;
+                memcpy(hp.q_stride, tq.stride, sizeof hp.q_stride);
+                memcpy(hp.k_stride, tk.stride, sizeof hp.k_stride);
+                memcpy(hp.v_stride, tv.stride, sizeof hp.v_stride);
+                memcpy(hp.o_stride, to.stride, sizeof hp.o_stride);
+                fwh_lowp_attention(&hp, c->dtype, r->lowp_o);
+            }
             else st = FW_ERR_OUT_OF_MEMORY;
         }
         fw_context_destroy(ctx);
@@ -406,71 +429,100 @@ static fw_status compute_reference(fw_run *r)
 
 float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d)
 {
-    return fw_load_f32(r->host_o, r->c.dtype, offset_of(&r->o, b, h, s, d));
+    return fw_load_f32(r->host_o, r->c.dtype, fwh_offset_of(&r->o, b, h, s, d));
+}
+
+/* One output element at host[at] against the reference y (and the input-dtype emulation lowp, may be
+ * NULL): unwritten, NaN mismatch or the error, summed into acc = {Σ diff², Σ y²}. */
+void fwh_compare_elem(fw_errors *e, const void *host, fw_dtype t, int64_t at, double y, const float *lowp,
+                      double acc[2])
+{
+    if (fwh_is_poison(host, t, at)) {
+        e->unwritten++;
+        return;
+    }
+    const double x = fw_load_f32(host, t, at);
+    if (isnan(x) != isnan(y)) {
+        e->nan_mismatch++;
+        return;
+    }
+    if (isnan(x)) return;
+    const double diff = fabs(x - y);
+    if (diff > e->max_abs) e->max_abs = diff;
+    acc[0] += diff * diff;
+    acc[1] += y * y;
+    if (lowp) {
+        const double lp = fabs((double)*lowp - y);
+        if (lp > e->lowp_err) e->lowp_err = lp;
+    }
+}
+
+/* One row's log-sum-exp x against the reference y; 0 when it is over the tolerance. LSE is f32 in
+ * every dtype; its error follows the scores' input rounding. Plus a few f32 ulps of the value itself
+ * (1e-6·|LSE|, ~8 ulp): an LSE of 1e4 (large logits) has an ulp of 1e-3, beyond any absolute 1e-4. */
+int fwh_compare_lse(fw_errors *e, float x, float y, fw_dtype t)
+{
+    const double lse_tol = t == FW_F32 ? 1e-4 : 2e-2;
+    if (fw_f32_to_bits(x) == POISON_F32) {
+        e->unwritten++;
+        return 1; /* counted as unwritten, which fails the run */
+    }
+    if (isnan(x) != isnan(y) || (isinf(x) || isinf(y) ? x != y : 0)) {
+        e->lse_max_abs = INFINITY;
+        return 0;
+    }
+    if (isnan(x) || isinf(x)) return 1;
+    const double diff = fabs((double)x - (double)y);
+    if (diff > e->lse_max_abs) e->lse_max_abs = diff;
+    return diff <= lse_tol + 1e-6 * fabs((double)y);
+}
+
+/* The tolerance of the contract and the verdict. */
+void fwh_errors_finish(fw_errors *e, const fw_case *c, const double acc[2], int lse_ok)
+{
+    e->rel_l2 = acc[1] > 0 ? sqrt(acc[0] / acc[1]) : sqrt(acc[0]);
+    if (c->tol_override > 0) e->tol = c->tol_override;
+    else if (c->dtype == FW_F32) e->tol = 1e-5 * (e->max_abs_v > 0 ? e->max_abs_v : 1.0);
+    else e->tol = 2.0 * e->lowp_err + 1e-5;
+    e->pass = e->max_abs <= e->tol && e->unwritten == 0 && e->stray == 0 && e->nan_mismatch == 0 &&
+              e->cache_mismatch == 0 && lse_ok;
 }
 
 fw_status fw_run_compare(fw_run *r, fw_errors *e)
 {
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_compare(r, e);
     const fw_case *c = &r->c;
     const size_t es = fw_dtype_size(c->dtype);
     const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
     fw_status st;
     memset(e, 0, sizeof *e);
     if (!r->have_ref && (st = compute_reference(r)) != FW_OK) return st;
-    if ((st = copy(r, r->host_o, r->o.data, r->o_elems * es, 0))) return st;
-    if (r->lse && (st = copy(r, r->host_lse, r->lse, ln * sizeof(float), 0))) return st;
+    if ((st = fwh_copy(r, r->host_o, r->o.data, r->o_elems * es, 0))) return st;
+    if (r->lse && (st = fwh_copy(r, r->host_lse, r->lse, ln * sizeof(float), 0))) return st;
 
     for (size_t i = 0; i < r->kv_elems; i++) {
         const double a = fabs((double)fw_load_f32(r->host_v, c->dtype, (int64_t)i));
         if (a > e->max_abs_v) e->max_abs_v = a;
     }
-    double num = 0, den = 0;
+    double acc[2] = {0, 0};
     /* every element of the padded buffer: inside the view must be written, outside must not */
     const int64_t D = c->head_dim, row = D + c->pad;
     for (int64_t b = 0; b < c->batch; b++)
         for (int64_t h = 0; h < c->heads; h++)
             for (int64_t s = 0; s < c->seqlen_q; s++) {
-                const int64_t base = offset_of(&r->o, b, h, s, 0);
+                const int64_t base = fwh_offset_of(&r->o, b, h, s, 0);
                 for (int64_t d = D; d < row; d++)
-                    if (!is_poison(r->host_o, c->dtype, base + d)) e->stray++;
+                    if (!fwh_is_poison(r->host_o, c->dtype, base + d)) e->stray++;
                 for (int64_t d = 0; d < D; d++) {
-                    if (is_poison(r->host_o, c->dtype, base + d)) { e->unwritten++; continue; }
                     const size_t ri = (size_t)(((b * c->heads + h) * c->seqlen_q + s) * D + d);
-                    const double x = fw_load_f32(r->host_o, c->dtype, base + d);
-                    const double y = r->ref_o[ri];
-                    if (isnan(x) != isnan(y)) { e->nan_mismatch++; continue; }
-                    if (isnan(x)) continue;
-                    const double diff = fabs(x - y);
-                    if (diff > e->max_abs) e->max_abs = diff;
-                    num += diff * diff;
-                    den += y * y;
-                    if (r->lowp_o) {
-                        const double lp = fabs((double)r->lowp_o[ri] - y);
-                        if (lp > e->lowp_err) e->lowp_err = lp;
-                    }
+                    fwh_compare_elem(e, r->host_o, c->dtype, base + d, r->ref_o[ri], r->lowp_o ? &r->lowp_o[ri] : NULL,
+                                     acc);
                 }
             }
-    e->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
     int lse_ok = 1;
-    if (r->lse) {
-        /* LSE is f32 in every dtype; its error follows the scores' input rounding. Plus a few f32
-         * ulps of the value itself (1e-6·|LSE|, ~8 ulp): an LSE of 1e4 (large logits) has an ulp of
-         * 1e-3, beyond any absolute 1e-4. */
-        const double lse_tol = c->dtype == FW_F32 ? 1e-4 : 2e-2;
-        for (size_t i = 0; i < ln; i++) {
-            const float x = r->host_lse[i], y = r->ref_lse[i];
-            if (fw_f32_to_bits(x) == POISON_F32) { e->unwritten++; continue; }
-            if (isnan(x) != isnan(y) || (isinf(x) || isinf(y) ? x != y : 0)) { e->lse_max_abs = INFINITY; lse_ok = 0; continue; }
-            if (isnan(x) || isinf(x)) continue;
-            const double diff = fabs((double)x - (double)y);
-            if (diff > e->lse_max_abs) e->lse_max_abs = diff;
-            if (diff > lse_tol + 1e-6 * fabs((double)y)) lse_ok = 0;
-        }
-    }
-    if (c->tol_override > 0) e->tol = c->tol_override;
-    else if (c->dtype == FW_F32) e->tol = 1e-5 * (e->max_abs_v > 0 ? e->max_abs_v : 1.0);
-    else e->tol = 2.0 * e->lowp_err + 1e-5;
-    e->pass = e->max_abs <= e->tol && e->unwritten == 0 && e->stray == 0 && e->nan_mismatch == 0 && lse_ok;
+    if (r->lse)
+        for (size_t i = 0; i < ln; i++) lse_ok &= fwh_compare_lse(e, r->host_lse[i], r->ref_lse[i], c->dtype);
+    fwh_errors_finish(e, c, acc, lse_ok);
     return FW_OK;
 }
 
@@ -481,11 +533,9 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef fw_status (*timed_call)(fw_run *r, fw_context *ctx, void *arg);
-
 /* Median milliseconds of reps calls of `call` after warmup calls: host clock on the CPU, CUDA events
  * on the legacy default stream on the GPU. */
-static fw_status time_median(fw_run *r, fw_context *ctx, timed_call call, void *arg, int warmup, int reps,
+fw_status fwh_time_median(fw_run *r, fw_context *ctx, fwh_timed_call call, void *arg, int warmup, int reps,
                              double *median_ms)
 {
     if (reps < 1) reps = 1;
@@ -493,8 +543,8 @@ static fw_status time_median(fw_run *r, fw_context *ctx, timed_call call, void *
     if (!t) return FW_ERR_OUT_OF_MEMORY;
     fw_status st = FW_OK;
     for (int i = 0; i < warmup && st == FW_OK; i++) st = call(r, ctx, arg);
-    if (st == FW_OK) st = sync_device(r);
-    if (!on_gpu(r)) {
+    if (st == FW_OK) st = fwh_sync_device(r);
+    if (!fwh_on_gpu(r)) {
         for (int i = 0; i < reps && st == FW_OK; i++) {
             const double t0 = fw_now_seconds();
             st = call(r, ctx, arg);
@@ -517,7 +567,7 @@ static fw_status time_median(fw_run *r, fw_context *ctx, timed_call call, void *
         }
         cudaEventDestroy(ea);
         cudaEventDestroy(eb);
-        if (st == FW_OK) st = sync_device(r);
+        if (st == FW_OK) st = fwh_sync_device(r);
     }
 #endif
     if (st == FW_OK) {
@@ -531,18 +581,19 @@ static fw_status time_median(fw_run *r, fw_context *ctx, timed_call call, void *
 static fw_status forward_call(fw_run *r, fw_context *ctx, void *arg)
 {
     (void)arg;
-    return fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
+    return fw_run_call(r, ctx);
 }
 
 fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms)
 {
-    return time_median(r, ctx, forward_call, NULL, warmup, reps, median_ms);
+    return fwh_time_median(r, ctx, forward_call, NULL, warmup, reps, median_ms);
 }
 
 double fw_run_flops(const fw_run *r) { return fw_problem_flops(&r->problem); }
 
 double fw_run_bytes(const fw_run *r)
 {
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_bytes(r, 0);
     const fw_case *c = &r->c;
     const double es = (double)fw_dtype_size(c->dtype);
     double bytes = es * (double)c->batch * (double)c->head_dim *
@@ -551,123 +602,10 @@ double fw_run_bytes(const fw_run *r)
     return bytes;
 }
 
-/* ---- backward ------------------------------------------------------------------------------ */
-static fw_tensor with_data(fw_tensor t, void *data)
-{
-    t.data = data;
-    return t;
-}
 
-void fw_bwd_free(fw_run *r, fw_bwd *b)
+double fw_run_kv_bytes(const fw_run *r)
 {
-    if (on_gpu(r)) {
-        dev_free(r, b->dout.data); dev_free(r, b->dq.data); dev_free(r, b->dk.data); dev_free(r, b->dv.data);
-    }
-    free(b->host_dout); free(b->host_dq); free(b->host_dk); free(b->host_dv);
-    memset(b, 0, sizeof *b);
-}
-
-fw_status fw_bwd_alloc(fw_run *r, fw_bwd *b, uint64_t seed, char *msg, size_t len)
-{
-    memset(b, 0, sizeof *b);
-    if (len) msg[0] = 0;
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_bytes(r, 1);
     const fw_case *c = &r->c;
-    if (!r->lse) {
-        snprintf(msg, len, "the backward needs a run made with want_lse");
-        return FW_ERR_INVALID_VALUE;
-    }
-    const size_t es = fw_dtype_size(c->dtype);
-    const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
-    b->host_dout = malloc(r->o_elems * es);
-    b->host_dq = malloc(r->q_elems * es);
-    b->host_dk = malloc(r->kv_elems * es);
-    b->host_dv = malloc(r->kv_elems * es);
-    if (!b->host_dout || !b->host_dq || !b->host_dk || !b->host_dv) {
-        snprintf(msg, len, "out of host memory for the gradients");
-        fw_bwd_free(r, b);
-        return FW_ERR_OUT_OF_MEMORY;
-    }
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 91;
-    fill_random(b->host_dout, c->dtype, r->o_elems, &s);
-    fw_status st = FW_OK;
-    void *ddo, *ddq, *ddk, *ddv;
-    if (!on_gpu(r)) {
-        ddo = b->host_dout; ddq = b->host_dq; ddk = b->host_dk; ddv = b->host_dv;
-    } else {
-        ddo = ddq = ddk = ddv = NULL;
-        if ((st = dev_alloc(r, &ddo, r->o_elems * es)) || (st = dev_alloc(r, &ddq, r->q_elems * es)) ||
-            (st = dev_alloc(r, &ddk, r->kv_elems * es)) || (st = dev_alloc(r, &ddv, r->kv_elems * es))) {
-            snprintf(msg, len, "device allocation of the gradients failed (%s)", fw_status_string(st));
-            b->dout.data = ddo; b->dq.data = ddq; b->dk.data = ddk; b->dv.data = ddv;
-            fw_bwd_free(r, b);
-            return st;
-        }
-    }
-    b->dout = with_data(r->o, ddo);
-    b->dq = with_data(r->q, ddq);
-    b->dk = with_data(r->k, ddk);
-    b->dv = with_data(r->v, ddv);
-    /* O and LSE from cpu-ref on the host images, then onto the device */
-    const fw_device cpu = {FW_DEVICE_CPU, 0};
-    fw_tensor hq = with_data(r->q, r->host_q), hk = with_data(r->k, r->host_k), hv = with_data(r->v, r->host_v);
-    fw_tensor ho = with_data(r->o, r->host_o);
-    hq.device = hk.device = hv.device = ho.device = cpu;
-    fw_context *ctx = NULL;
-    if (fw_context_create(&ctx) != FW_OK) { fw_bwd_free(r, b); return FW_ERR_OUT_OF_MEMORY; }
-    fw_context_set_backend(ctx, "cpu-ref");
-    st = fw_attention_forward(ctx, &hq, &hk, &hv, &ho, r->host_lse, &c->params);
-    if (st != FW_OK) snprintf(msg, len, "cpu-ref forward failed: %s", fw_context_last_error(ctx));
-    fw_context_destroy(ctx);
-    if (st == FW_OK) st = copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
-    if (st == FW_OK) st = copy(r, r->lse, r->host_lse, ln * sizeof(float), 1);
-    if (st == FW_OK) st = copy(r, ddo, b->host_dout, r->o_elems * es, 1);
-    if (st != FW_OK) {
-        if (!msg[0]) snprintf(msg, len, "copy to the device failed");
-        fw_bwd_free(r, b);
-    }
-    return st;
-}
-
-fw_status fw_bwd_poison(fw_run *r, fw_bwd *b)
-{
-    const size_t es = fw_dtype_size(r->c.dtype);
-    poison_host(b->host_dq, r->c.dtype, r->q_elems);
-    poison_host(b->host_dk, r->c.dtype, r->kv_elems);
-    poison_host(b->host_dv, r->c.dtype, r->kv_elems);
-    fw_status st = copy(r, b->dq.data, b->host_dq, r->q_elems * es, 1);
-    if (st == FW_OK) st = copy(r, b->dk.data, b->host_dk, r->kv_elems * es, 1);
-    if (st == FW_OK) st = copy(r, b->dv.data, b->host_dv, r->kv_elems * es, 1);
-    return st;
-}
-
-fw_status fw_bwd_run(fw_run *r, fw_bwd *b, fw_context *ctx)
-{
-    fw_status st = fw_attention_backward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &b->dout, &b->dq, &b->dk, &b->dv,
-                                         &r->c.params);
-    if (st != FW_OK) return st;
-    return sync_device(r);
-}
-
-fw_status fw_bwd_fetch(fw_run *r, fw_bwd *b)
-{
-    const size_t es = fw_dtype_size(r->c.dtype);
-    fw_status st = copy(r, b->host_dq, b->dq.data, r->q_elems * es, 0);
-    if (st == FW_OK) st = copy(r, b->host_dk, b->dk.data, r->kv_elems * es, 0);
-    if (st == FW_OK) st = copy(r, b->host_dv, b->dv.data, r->kv_elems * es, 0);
-    return st;
-}
-
-static fw_status fwd_bwd_call(fw_run *r, fw_context *ctx, void *arg)
-{
-    fw_bwd *b = (fw_bwd *)arg;
-    fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
-    if (st == FW_OK)
-        st = fw_attention_backward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &b->dout, &b->dq, &b->dk, &b->dv,
-                                   &r->c.params);
-    return st;
-}
-
-fw_status fw_bwd_time(fw_run *r, fw_bwd *b, fw_context *ctx, int warmup, int reps, double *median_ms)
-{
-    return time_median(r, ctx, fwd_bwd_call, b, warmup, reps, median_ms);
+    return (double)fw_dtype_size(c->dtype) * 2.0 * (double)(c->batch * c->kv_heads * c->seqlen_k * c->head_dim);
 }

@@ -9,7 +9,17 @@
 #include "flashwatt.h"
 #include "core/problem.h"
 
+#define FW_CASE_MAX_SEQS 256
+
+/* Which public call a case makes. */
+typedef enum fw_case_kind {
+    FW_CASE_DENSE = 0,   /* fw_attention_forward */
+    FW_CASE_VARLEN = 1,  /* fw_attention_varlen_forward: q/k/v packed by per-sequence lengths */
+    FW_CASE_KVCACHE = 2  /* fw_attention_kvcache_forward: new queries against a KV cache */
+} fw_case_kind;
+
 typedef struct fw_case {
+    /* serving cases: batch is the number of sequences, seqlen_q / seqlen_k the longest of seq_q / seq_k */
     int64_t batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim;
     fw_dtype dtype;
     fw_device device;  /* where the backend runs: cpu, or cuda:N */
@@ -19,6 +29,19 @@ typedef struct fw_case {
     uint64_t seed;
     int want_lse;
     double tol_override; /* > 0: use this absolute tolerance instead of the contract's */
+    /* ---- serving cases (fw_case_serving) ----
+     * Varlen: sequence b has seq_q[b] queries and seq_k[b] keys, packed without padding.
+     * KV cache: seq_k[b] tokens already cached, seq_q[b] new queries (and new keys/values with append);
+     * the cache's rows beyond each sequence's keys, the rows the append writes and unused pages hold
+     * NaN, so a kernel that reads or multiplies them in shows up as a NaN mismatch. */
+    fw_case_kind kind;
+    int32_t seq_q[FW_CASE_MAX_SEQS], seq_k[FW_CASE_MAX_SEQS];
+    int q_packed;      /* KV cache: 1 = q packed with cu_seqlens_q (ragged new queries); 0 = q (B, Lq), every
+                          seq_q equal */
+    int page_size;     /* KV cache: 0 = contiguous, else a paged pool with a shuffled block table (1..256) */
+    int append;        /* KV cache: new keys/values written into the cache by the call */
+    int64_t capacity;  /* KV cache: keys per sequence; 0 = the longest sequence's need (paged: in whole
+                          pages; contiguous: plus 3 keys of slack) */
 } fw_case;
 
 /* A case with batch=heads=kv_heads=1, seqlen 128, head_dim 64, f32, cpu, bhsd, seed 1. */
@@ -26,6 +49,11 @@ fw_case fw_case_default(void);
 /* fw_case_default() with this shape and dtype, LSE wanted, and the given seed. */
 fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_k,
                       int64_t head_dim, fw_dtype dtype, uint64_t seed);
+/* A serving case: nseq sequences with seq_q[b] queries and seq_k[b] keys (varlen), or seq_k[b] cached
+ * tokens and seq_q[b] new queries (KV cache: contiguous, q packed only when the seq_q differ, no
+ * append; set page_size, append, q_packed, capacity after). LSE wanted. */
+fw_case fw_case_serving(fw_case_kind kind, int nseq, const int32_t *seq_q, const int32_t *seq_k, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, fw_dtype dtype, uint64_t seed);
 /* One line naming the case: shape, dtype, layout, padding, mask, LSE, seed. Returns buf. */
 const char *fw_case_label(const fw_case *c, char *buf, size_t len);
 
@@ -39,6 +67,8 @@ typedef struct fw_errors {
     long unwritten;     /* output elements still holding the poison pattern */
     long stray;         /* padding elements of o (outside the tensor) that were written */
     long nan_mismatch;  /* elements NaN in one of O, O_ref but not the other */
+    long cache_mismatch; /* KV cache: cache elements that differ from the reference's cache after the call
+                            (the appended rows, or any other element written) */
     int pass;
 } fw_errors;
 
@@ -53,6 +83,17 @@ typedef struct fw_run {
     float *ref_o, *ref_lse;  /* float64-accumulated reference, contiguous (B,H,Lq,D) / (B,H,Lq) */
     float *lowp_o;           /* f16/bf16 only: the computation done in the input dtype */
     int have_ref;
+    /* ---- serving cases ---- k, v are the cache tensors of a KV-cache case */
+    fw_varlen seqs;          /* offsets of the call, on c.device (q_seqs of a KV-cache case) */
+    fw_kv_cache cache;       /* KV cache: the call's cache description, on c.device */
+    fw_tensor k_new, v_new;  /* KV cache with append, on c.device */
+    void *host_kn, *host_vn; /* host images of k_new, v_new */
+    size_t kn_elems, lse_elems;
+    int32_t *host_ints;      /* cu_seqlens_q [B+1], cu_seqlens_k [B+1], cache_seqlens [B], block table */
+    void *dev_ints;          /* their copy on the device (GPU runs) */
+    size_t n_ints;
+    void *host_kc, *host_vc; /* the cache as the last run left it (fw_run_compare) */
+    float *ref_k, *ref_v;    /* the reference's cache after its append, f32, the cache's layout */
 } fw_run;
 
 fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len);
@@ -62,17 +103,27 @@ void fw_run_free(fw_run *r);
 fw_status fw_run_set_input(fw_run *r, char which, int64_t b, int64_t h, int64_t s, int64_t d, float x);
 /* Scales every input of q (and k) by factor, to make large logits. */
 fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor);
+/* Poisons o and lse; a KV-cache case also gets its initial cache back (the appended rows NaN again). */
 fw_status fw_run_poison(fw_run *r);
+/* The case's call, then a device sync. */
 fw_status fw_run_forward(fw_run *r, fw_context *ctx);
+/* The case's call alone (asynchronous on a GPU), for timing loops. */
+fw_status fw_run_call(fw_run *r, fw_context *ctx);
+/* Can backend `name` run this case? FW_OK, or the status with the backend's reason in why (serving
+ * cases too, which fw_backend_supports does not describe). */
+fw_status fw_run_supports(const fw_run *r, const char *name, char *why, size_t why_len);
 /* Computes the reference (once), copies the output back and compares. */
 fw_status fw_run_compare(fw_run *r, fw_errors *e);
 /* Median milliseconds of reps calls after warmup calls (CUDA events on the GPU). */
 fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms);
 
-/* Exact forward FLOPs (4 · visible pairs · D · B · H) and compulsory bytes (q, k, v read once,
- * o written once, lse if requested). */
+/* Exact forward FLOPs (4 · visible pairs · D · B · H; serving cases: over the sequences' own lengths)
+ * and compulsory bytes (q, k, v read once, o written once, lse if requested; a KV cache: each
+ * sequence's keys read once, new keys and values read and written into the cache). */
 double fw_run_flops(const fw_run *r);
 double fw_run_bytes(const fw_run *r);
+/* Bytes of keys and values the call must read: every sequence's keys once (the decode roofline). */
+double fw_run_kv_bytes(const fw_run *r);
 
 /* Output element (b, h, s, d) of the last run, as float, from the host image (after compare). */
 float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d);

@@ -387,6 +387,7 @@ fw_status fw_backend_supports(const char *name, const fw_tensor *q, const fw_ten
 
 double fw_problem_pairs(const fw_problem *p)
 {
+    if (p->kind != FW_CALL_DENSE) return fw_serving_pairs(p) / (double)p->batch;
     if (!p->has_window) return (double)p->seqlen_q * (double)p->seqlen_k;
     double pairs = 0;
     for (int64_t i = 0; i < p->seqlen_q; i++) {
@@ -399,29 +400,15 @@ double fw_problem_pairs(const fw_problem *p)
 
 double fw_problem_flops(const fw_problem *p)
 {
+    if (p->kind != FW_CALL_DENSE) return 4.0 * (double)p->head_dim * fw_serving_pairs(p) * (double)p->heads;
     return 4.0 * (double)p->head_dim * fw_problem_pairs(p) * (double)p->batch * (double)p->heads;
 }
 
-/* ---- serving calls (implemented with their validation in a later change) ---------------------- */
+/* ---- for the serving entry points (api_serving.c) ------------------------------------------ */
 
-fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
-                                      fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
-{
-    (void)q; (void)k; (void)v; (void)o; (void)lse; (void)seqs; (void)params;
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
-    set_error(ctx, "fw_attention_varlen_forward is not implemented yet");
-    return FW_ERR_NOT_IMPLEMENTED;
-}
+void fw_api_set_error(fw_context *ctx, const char *msg) { set_error(ctx, msg); }
 
-fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
-                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
-                                       const fw_varlen *q_seqs, const fw_attn_params *params)
-{
-    (void)q; (void)cache; (void)k_new; (void)v_new; (void)o; (void)lse; (void)q_seqs; (void)params;
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
-    set_error(ctx, "fw_attention_kvcache_forward is not implemented yet");
-    return FW_ERR_NOT_IMPLEMENTED;
-}
+fw_status fw_api_run_forward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_FORWARD); }
 
 fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
 {

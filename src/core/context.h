@@ -24,4 +24,9 @@ struct fw_context {
     struct fw_sched_state *sched; /* created on the first scheduled call; NULL before */
 };
 
+struct fw_problem;
+/* api.c's error recording and forward dispatch, for the serving entry points (api_serving.c). */
+void fw_api_set_error(fw_context *ctx, const char *msg);
+fw_status fw_api_run_forward(fw_context *ctx, struct fw_problem *p);
+
 #endif

@@ -146,9 +146,13 @@ static inline int64_t fw_lse_index(const fw_problem *p, int64_t b, int64_t h, in
     return (b * p->heads + h) * p->seqlen_q + i;
 }
 
-/* Exact FLOP count of the forward: 4 · D · (number of visible query-key pairs), summed over B·H. */
+/* Exact FLOP count of the forward: 4 · D · (number of visible query-key pairs), summed over B·H
+ * (ragged and cached calls: over every sequence's own lengths, read from host memory; where they
+ * live on a device, the bound from max_seqlen_q and max_seqlen_k or the capacity). */
 double fw_problem_flops(const fw_problem *p);
-/* Visible (query, key) pairs for one (batch, head). */
+/* Visible (query, key) pairs for one (batch, head); ragged and cached calls: the mean per sequence. */
 double fw_problem_pairs(const fw_problem *p);
+/* Ragged and cached calls: visible pairs of one head summed over the sequences (validate_serving.c). */
+double fw_serving_pairs(const fw_problem *p);
 
 #endif

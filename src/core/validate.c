@@ -260,3 +260,26 @@ fw_status fw_validate_backward(const fw_tensor *q, const fw_tensor *k, const fw_
     copy_strides(out->dk_stride, dk); copy_strides(out->dv_stride, dv);
     return FW_OK;
 }
+
+/* ---- the checks above, for the serving calls' validation (validate_serving.c) ------------------ */
+fw_status fw_check_tensor(const char *name, const fw_tensor *t, int is_output, char *msg, size_t msg_len)
+{
+    return check_tensor(name, t, is_output, msg, msg_len);
+}
+
+fw_status fw_check_same(const char *an, const fw_tensor *a, const char *bn, const fw_tensor *b, char *msg,
+                        size_t msg_len)
+{
+    return check_same(an, a, bn, b, msg, msg_len);
+}
+
+fw_status fw_check_no_overlap(const char *on, const fw_tensor *o, const char *in, const fw_tensor *t, char *msg,
+                              size_t msg_len)
+{
+    return check_no_overlap(on, o, in, t, msg, msg_len);
+}
+
+fw_status fw_check_params(const fw_attn_params *p, int64_t head_dim, fw_problem *out, char *msg, size_t msg_len)
+{
+    return check_params(p, head_dim, out, msg, msg_len);
+}

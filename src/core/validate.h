@@ -16,4 +16,38 @@ fw_status fw_validate_backward(const fw_tensor *q, const fw_tensor *k, const fw_
                                const fw_attn_params *params, fw_problem *out, char *msg,
                                size_t msg_len);
 
+/* ---- serving calls (validate_serving.c) --------------------------------------------------------
+ * The structural checks (shapes, dtypes, devices, overlaps, sizes of the int32 arrays) of the ragged
+ * and the KV-cache forward. They never read offsets, cache lengths or block tables: those may live
+ * on a device. fw_validate_serving_values checks them from host copies (or the host arrays of a CPU
+ * call) against a problem the structural checks made. */
+fw_status fw_validate_varlen(const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
+                             float *lse, const fw_varlen *seqs, const fw_attn_params *params, fw_problem *out,
+                             char *msg, size_t msg_len);
+fw_status fw_validate_kvcache(const fw_tensor *q, const fw_kv_cache *cache, const fw_tensor *k_new,
+                              const fw_tensor *v_new, const fw_tensor *o, float *lse, const fw_varlen *q_seqs,
+                              const fw_attn_params *params, fw_problem *out, char *msg, size_t msg_len);
+/* Offsets that start at 0, never decrease, end at the packed length and stay within max_seqlen; cache
+ * lengths >= 0 and within the capacity with the new tokens; the block-table entries each sequence
+ * uses inside the page pool. The arrays are host copies of p's (NULL where p has none). */
+fw_status fw_validate_serving_values(const fw_problem *p, const int32_t *cu_seqlens_q, const int32_t *cu_seqlens_k,
+                                     const int32_t *cache_seqlens, const int32_t *block_table, char *msg,
+                                     size_t msg_len);
+/* Elements of each int32 array of p (0 where absent): what a host copy of it must hold. */
+void fw_serving_value_counts(const fw_problem *p, int64_t *n_cu_q, int64_t *n_cu_k, int64_t *n_seqlens,
+                             int64_t *n_table);
+
+/* Device-resident values to the host for fw_context_set_check_device_values (devices.c; the CUDA
+ * backend's copy, which synchronises `stream`). FW_ERR_NOT_IMPLEMENTED in a build without CUDA. */
+fw_status fw_device_values_to_host(fw_device dev, void *stream, void *dst, const void *src, size_t bytes,
+                                   char *msg, size_t msg_len);
+
+/* The single-tensor checks of validate.c, shared with validate_serving.c. */
+fw_status fw_check_tensor(const char *name, const fw_tensor *t, int is_output, char *msg, size_t msg_len);
+fw_status fw_check_same(const char *an, const fw_tensor *a, const char *bn, const fw_tensor *b, char *msg,
+                        size_t msg_len);
+fw_status fw_check_no_overlap(const char *on, const fw_tensor *o, const char *in, const fw_tensor *t, char *msg,
+                              size_t msg_len);
+fw_status fw_check_params(const fw_attn_params *p, int64_t head_dim, fw_problem *out, char *msg, size_t msg_len);
+
 #endif

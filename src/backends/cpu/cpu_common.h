@@ -20,4 +20,9 @@ void fw_cpu_store_row(void *base, fw_dtype t, int64_t off, const float *src, int
 
 int fw_cpu_available(char *why, size_t why_len); /* always 1 */
 
+/* A KV-cache call with new tokens: writes k_new / v_new into the cache at rows cache_seqlens[b] ..
+ * cache_seqlens[b] + Lq_b - 1 of each sequence (paged or contiguous), before any key is read. Every
+ * CPU backend calls it first, so they all append alike. */
+void fw_cpu_kvcache_append(const fw_problem *p);
+
 #endif

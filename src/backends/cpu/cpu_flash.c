@@ -1,29 +1,25 @@
 /* cpu-flash: tiled attention with an online softmax, never more than one tile of scores alive.
  *
- * Work is cut into items: (block of block_m query rows, batch, kv head, chunk of the GQA group).
- * An item's rows are the query rows of every head in its group chunk that share one kv head, so
- * each key/value tile is read once per item and reused by all of them: small f32 tiles in place
- * (any row stride), other tiles (f16/bf16, large D, the last partial tile) converted into a packed
- * float buffer. Items run
- * on OpenMP threads (dynamic schedule, the last query block first: under a causal mask it is the
- * longest). When there are fewer items than threads, each item's key tiles are also split
- * (split-KV): the parts write (O/l, lse) to a workspace and a second pass merges them with a
- * log-sum-exp. Query rows go through the micro-kernels in panels of the ISA's register-tile height;
- * the micro-kernels are per ISA (flash_kernels.h, one source in flash_kernel_impl.h), this file is
- * the one driver for all of them. */
+ * Work is cut into items (cpu_flash_plan.c): block_m query rows of one sequence for a chunk of the
+ * query heads that share one kv head. An item's rows are the query rows of every head in its chunk,
+ * so each key/value tile is read once per item and reused by all of them (GQA decode: the query
+ * heads of a kv head are one item of group rows): small f32 tiles in place (any row stride), other
+ * tiles (f16/bf16, large D, the last partial tile, tiles across cache pages) converted into a packed
+ * float buffer. Items run on OpenMP threads (dynamic schedule, the largest first). An item larger
+ * than a thread's share of the work has its key tiles split (split-KV): the parts write (O/l, lse)
+ * to a workspace and a second pass merges them with a log-sum-exp. Dense, ragged and KV-cache
+ * problems take the same path through the per-sequence accessors of core/problem.h. Query rows go
+ * through the micro-kernels in panels of the ISA's register-tile height; the micro-kernels are per
+ * ISA (flash_kernels.h, one source in flash_kernel_impl.h), this file is the one driver for all. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu_common.h"
 #include "cpu_features.h"
-#include "flash_kernels.h"
+#include "cpu_flash_plan.h"
 
-#define FLASH_MAX_ITEM_ROWS 512 /* rows of one item: block_m x group chunk, bounds per-thread memory */
-#define FLASH_DEFAULT_BN 64
 #define FLASH_DIRECT_MAX_BYTES (32 * 1024) /* K+V f32 tiles up to this size are read in place */
-/* block_m = 0 (the default config) means: the largest of 256, 128, 64, 32 that still gives every
- * thread 4 items; below that, split-KV makes up the parallelism. */
 
 static const fw_flash_isa *flash_isa(void)
 {
@@ -76,17 +72,6 @@ static int flash_configs(const fw_problem *p, fw_config *out, int max)
     return n;
 }
 
-/* The shape of the work, fixed for one call. */
-typedef struct flash_plan {
-    const fw_problem *p;
-    const fw_flash_isa *isa;
-    fw_flash_panel_fn panel;
-    int64_t D, dp, PR, BM, BN, gc;    /* gc: heads per group chunk */
-    int64_t n_gc, n_qb, n_items, n_split;
-    int64_t max_rows, max_panels;    /* per item */
-    float *ws_o, *ws_lse;            /* split-KV partials: [split][B·H·Lq][D] and [split][B·H·Lq] */
-} flash_plan;
-
 /* Per-thread buffers. */
 typedef struct flash_scratch {
     float *q, *o, *m, *l, *alpha, *s, *k, *v, *row;
@@ -134,27 +119,24 @@ static void scratch_free(flash_scratch *s)
     free(s->k); free(s->v); free(s->row); free(s->lo); free(s->hi); free(s->p_lo); free(s->rlo);
 }
 
-/* One work unit: item `it`, key tiles of part `part` out of n_split. */
-static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t it, int64_t part)
+/* Keys j0 .. j0 + n - 1 lie at one row stride from the first (a paged cache's tile within a page). */
+static int keys_contiguous(const fw_problem *p, int64_t j0, int64_t n)
+{
+    return !p->block_table || j0 / p->page_size == (j0 + n - 1) / p->page_size;
+}
+
+/* One work unit: key tiles of part `part` of item `item`. */
+static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t item, int64_t part)
 {
     const fw_problem *p = pl->p;
     const fw_flash_isa *isa = pl->isa;
-    const int64_t D = pl->D, dp = pl->dp, PR = pl->PR, BN = pl->BN, Lq = p->seqlen_q;
-    /* item -> (qblock, b, hk, gchunk), the last query block first: under a causal mask it has the
-     * most keys, and the dynamic schedule should start the longest items first */
-    const int64_t per_qb = p->batch * p->kv_heads * pl->n_gc;
-    const int64_t qb = pl->n_qb - 1 - it / per_qb;
-    const int64_t gi = (it % per_qb) % pl->n_gc;
-    const int64_t bk = (it % per_qb) / pl->n_gc;
-    const int64_t b = bk / p->kv_heads, hk = bk % p->kv_heads;
-    const int64_t i0 = qb * pl->BM;
-    const int64_t nq = (i0 + pl->BM <= Lq ? pl->BM : Lq - i0);
-    const int64_t g0 = gi * pl->gc;
-    const int64_t ng = (g0 + pl->gc <= p->group ? pl->gc : p->group - g0);
+    const flash_item *it = &pl->items[item];
+    const int64_t D = pl->D, dp = pl->dp, PR = pl->PR, BN = pl->BN;
+    const int64_t b = it->b, hk = it->hk, i0 = it->i0, nq = it->nq, g0 = it->g0, ng = it->ng;
     const int64_t rows = ng * nq, npan = (rows + PR - 1) / PR;
 
     /* rows: rho = g * nq + (i - i0); pack Qᵀ panels and the per-row key ranges */
-    int64_t klo = INT64_MAX, khi = INT64_MIN;
+    const int64_t klo = it->klo, khi = it->khi;
     for (int64_t rho = 0; rho < npan * PR; rho++) {
         float *qp = sc->q + (rho / PR) * D * PR + rho % PR;
         if (rho >= rows) {
@@ -164,13 +146,9 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t it, int64_
             continue;
         }
         const int64_t h = hk * p->group + g0 + rho / nq, i = i0 + rho % nq;
-        isa->pack(sc->row, p->q, p->dtype, fw_off(p->q_stride, b, h, i), D, D, 0);
+        isa->pack(sc->row, p->q, p->dtype, fw_row_offset(p, p->q_stride, b, h, i), D, D, 0);
         for (int64_t d = 0; d < D; d++) qp[d * PR] = sc->row[d];
-        fw_key_range(p, i, &sc->lo[rho], &sc->hi[rho]);
-        if (sc->lo[rho] < sc->hi[rho]) {
-            if (sc->lo[rho] < klo) klo = sc->lo[rho];
-            if (sc->hi[rho] > khi) khi = sc->hi[rho];
-        }
+        fw_seq_key_range(p, it->lq, it->lk, i, &sc->lo[rho], &sc->hi[rho]);
     }
     for (int64_t pi = 0; pi < npan; pi++) {
         int64_t plo = INT64_MAX, phi = INT64_MIN, maxlo = INT64_MIN, minhi = INT64_MAX;
@@ -192,7 +170,7 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t it, int64_
 
     /* this part's key tiles */
     const int64_t ntiles = khi > klo ? (khi - klo + BN - 1) / BN : 0;
-    const int64_t t0 = ntiles * part / pl->n_split, t1 = ntiles * (part + 1) / pl->n_split;
+    const int64_t t0 = ntiles * part / it->nsplit, t1 = ntiles * (part + 1) / it->nsplit;
     fw_flash_panel a;
     memset(&a, 0, sizeof a);
     a.s = sc->s; a.alpha = sc->alpha;
@@ -206,27 +184,29 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t it, int64_
          * Measured on Zen 3 (2 threads, L=2048): in place is ~5% faster at D=64 (K+V tile 32 KiB),
          * packing ~15-20% faster at D=128, where the copy's streaming read beats the kernels'
          * first touch of a 64 KiB tile from L3. */
-        const int direct_k = p->dtype == FW_F32 && npad == n && 2 * n * D * 4 <= FLASH_DIRECT_MAX_BYTES;
+        const int direct_k =
+            p->dtype == FW_F32 && npad == n && 2 * n * D * 4 <= FLASH_DIRECT_MAX_BYTES && keys_contiguous(p, j0, n);
         const int direct_v = direct_k && dp == D;
         int v_bad = -1; /* unknown until a masked panel needs it */
         if (direct_k) {
-            a.k = (const float *)p->k + fw_off(p->k_stride, b, hk, j0);
+            a.k = (const float *)p->k + fw_key_offset(p, p->k_stride, b, hk, j0);
             a.ldk = p->k_stride[2];
         } else {
             for (int64_t j = 0; j < npad; j++) {
-                if (j < n) isa->pack(sc->k + j * dp, p->k, p->dtype, fw_off(p->k_stride, b, hk, j0 + j), D, dp, 0);
+                if (j < n) isa->pack(sc->k + j * dp, p->k, p->dtype, fw_key_offset(p, p->k_stride, b, hk, j0 + j), D, dp, 0);
                 else memset(sc->k + j * dp, 0, (size_t)dp * sizeof(float));
             }
             a.k = sc->k;
             a.ldk = dp;
         }
         if (direct_v) {
-            a.v = (const float *)p->v + fw_off(p->v_stride, b, hk, j0);
+            a.v = (const float *)p->v + fw_key_offset(p, p->v_stride, b, hk, j0);
             a.ldv = p->v_stride[2];
         } else {
             v_bad = 0;
             for (int64_t j = 0; j < npad; j++) {
-                if (j < n) v_bad |= isa->pack(sc->v + j * dp, p->v, p->dtype, fw_off(p->v_stride, b, hk, j0 + j), D, dp, 1);
+                if (j < n)
+                    v_bad |= isa->pack(sc->v + j * dp, p->v, p->dtype, fw_key_offset(p, p->v_stride, b, hk, j0 + j), D, dp, 1);
                 else memset(sc->v + j * dp, 0, (size_t)dp * sizeof(float));
             }
             a.v = sc->v;
@@ -249,7 +229,8 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t it, int64_
                 if (v_bad < 0) { /* in-place V: scan the tile once for inf/NaN */
                     v_bad = 0;
                     for (int64_t j = 0; j < n; j++)
-                        v_bad |= isa->pack(sc->row, p->v, p->dtype, fw_off(p->v_stride, b, hk, j0 + j), D, dp, 1);
+                        v_bad |= isa->pack(sc->row, p->v, p->dtype, fw_key_offset(p, p->v_stride, b, hk, j0 + j), D,
+                                           dp, 1);
                 }
                 a.v_bad = v_bad;
             }
@@ -270,54 +251,58 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t it, int64_
         const float lse = l == 0.0f ? -INFINITY : (float)(((double)sc->m[rho] + log2((double)l)) * 0.6931471805599453);
         float *orow = sc->o + rho * dp;
         for (int64_t d = 0; d < D; d++) orow[d] *= inv;
-        const int64_t row = (b * p->heads + h) * Lq + i;
-        if (pl->n_split == 1) {
-            fw_cpu_store_row(p->o, p->dtype, fw_off(p->o_stride, b, h, i), orow, D);
-            if (p->lse) p->lse[row] = lse;
+        if (it->nsplit == 1) {
+            fw_cpu_store_row(p->o, p->dtype, fw_row_offset(p, p->o_stride, b, h, i), orow, D);
+            if (p->lse) p->lse[fw_lse_index(p, b, h, i)] = lse;
         } else {
-            const int64_t total = p->batch * p->heads * Lq;
-            memcpy(pl->ws_o + (part * total + row) * D, orow, (size_t)D * sizeof(float));
-            pl->ws_lse[part * total + row] = lse;
+            const int64_t w = it->ws_row + part * rows + rho;
+            memcpy(pl->ws_o + w * D, orow, (size_t)D * sizeof(float));
+            pl->ws_lse[w] = lse;
         }
     }
 }
 
-/* Split-KV merge of one output row: lse = log Σ e^lse_s, O = Σ e^(lse_s - lse) O_s. */
-static void merge_row(const flash_plan *pl, int64_t row, float *orow)
+/* Split-KV merge of a split item's rows: lse = log Σ e^lse_s, O = Σ e^(lse_s - lse) O_s. */
+static void merge_item(const flash_plan *pl, int64_t item, float *orow)
 {
     const fw_problem *p = pl->p;
-    const int64_t D = pl->D, total = p->batch * p->heads * p->seqlen_q, S = pl->n_split;
-    float mx = -INFINITY;
-    int nan = 0;
-    for (int64_t s = 0; s < S; s++) {
-        const float x = pl->ws_lse[s * total + row];
-        if (x != x) nan = 1;
-        else if (x > mx) mx = x;
-    }
-    float lse;
-    for (int64_t d = 0; d < D; d++) orow[d] = 0.0f;
-    if (nan) {
-        lse = NAN;
-        for (int64_t d = 0; d < D; d++) orow[d] = NAN;
-    } else if (mx == -INFINITY) {
-        lse = -INFINITY;
-    } else {
-        float wsum = 0.0f;
+    const flash_item *it = &pl->items[item];
+    const int64_t D = pl->D, S = it->nsplit, rows = it->ng * it->nq;
+    for (int64_t rho = 0; rho < rows; rho++) {
+        const float *ws_lse = pl->ws_lse + it->ws_row + rho;
+        const float *ws_o = pl->ws_o + (it->ws_row + rho) * D;
+        float mx = -INFINITY;
+        int nan = 0;
         for (int64_t s = 0; s < S; s++) {
-            const float x = pl->ws_lse[s * total + row];
-            if (x == -INFINITY) continue; /* a part that saw no key adds nothing (not even 0·NaN) */
-            const float w = expf(x - mx);
-            wsum += w;
-            const float *os = pl->ws_o + (s * total + row) * D;
-            for (int64_t d = 0; d < D; d++) orow[d] += w * os[d];
+            const float x = ws_lse[s * rows];
+            if (x != x) nan = 1;
+            else if (x > mx) mx = x;
         }
-        const float inv = 1.0f / wsum;
-        for (int64_t d = 0; d < D; d++) orow[d] *= inv;
-        lse = mx + logf(wsum);
+        float lse;
+        for (int64_t d = 0; d < D; d++) orow[d] = 0.0f;
+        if (nan) {
+            lse = NAN;
+            for (int64_t d = 0; d < D; d++) orow[d] = NAN;
+        } else if (mx == -INFINITY) {
+            lse = -INFINITY;
+        } else {
+            float wsum = 0.0f;
+            for (int64_t s = 0; s < S; s++) {
+                const float x = ws_lse[s * rows];
+                if (x == -INFINITY) continue; /* a part that saw no key adds nothing (not even 0·NaN) */
+                const float w = expf(x - mx);
+                wsum += w;
+                const float *os = ws_o + s * rows * D;
+                for (int64_t d = 0; d < D; d++) orow[d] += w * os[d];
+            }
+            const float inv = 1.0f / wsum;
+            for (int64_t d = 0; d < D; d++) orow[d] *= inv;
+            lse = mx + logf(wsum);
+        }
+        const int64_t h = it->hk * p->group + it->g0 + rho / it->nq, i = it->i0 + rho % it->nq;
+        fw_cpu_store_row(p->o, p->dtype, fw_row_offset(p, p->o_stride, it->b, h, i), orow, D);
+        if (p->lse) p->lse[fw_lse_index(p, it->b, h, i)] = lse;
     }
-    const int64_t Lq = p->seqlen_q, i = row % Lq, bh = row / Lq, b = bh / p->heads, h = bh % p->heads;
-    fw_cpu_store_row(p->o, p->dtype, fw_off(p->o_stride, b, h, i), orow, D);
-    if (p->lse) p->lse[row] = lse;
 }
 
 static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
@@ -335,45 +320,10 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
     int64_t bn = cfg && cfg->block_n > 0 ? cfg->block_n : FLASH_DEFAULT_BN;
     if (bn > 4096) bn = 4096;
     pl.BN = round_up(bn, pl.isa->key_align);
-    int64_t bm = cfg && cfg->block_m > 0 ? cfg->block_m : 256;
-    if (bm > FLASH_MAX_ITEM_ROWS) bm = FLASH_MAX_ITEM_ROWS;
-    for (;;) {
-        pl.BM = bm < p->seqlen_q ? bm : p->seqlen_q;
-        /* GQA: as many heads of a group per item as fit FLASH_MAX_ITEM_ROWS rows */
-        int64_t gc = FLASH_MAX_ITEM_ROWS / pl.BM;
-        if (gc < 1) gc = 1;
-        if (gc > p->group) gc = p->group;
-        pl.gc = gc;
-        pl.n_gc = (p->group + gc - 1) / gc;
-        pl.n_qb = (p->seqlen_q + pl.BM - 1) / pl.BM;
-        pl.n_items = p->batch * p->kv_heads * pl.n_gc * pl.n_qb;
-        if ((cfg && cfg->block_m > 0) || bm <= 32 || pl.n_items >= 4 * (int64_t)threads) break;
-        bm /= 2;
-    }
-    pl.max_rows = pl.gc * pl.BM;
-    pl.max_panels = (pl.max_rows + pl.PR - 1) / pl.PR;
+    fw_status status = fw_flash_plan_make(&pl, cfg, threads, ex->err, ex->err_len);
+    if (status != FW_OK) return status;
+    fw_cpu_kvcache_append(p);
 
-    const int64_t max_tiles = (p->seqlen_k + pl.BN - 1) / pl.BN;
-    int64_t S = 1;
-    if (cfg && cfg->splits > 0) S = cfg->splits;
-    else if (pl.n_items < threads) S = (2 * threads + pl.n_items - 1) / pl.n_items;
-    if (S > max_tiles) S = max_tiles;
-    if (S < 1) S = 1;
-    const int64_t total = p->batch * p->heads * p->seqlen_q;
-    while (S > 1 && (double)S * (double)total * (double)(pl.D + 1) * 4.0 > 1024.0 * 1024 * 1024) S /= 2;
-    pl.n_split = S;
-    if (S > 1) {
-        pl.ws_o = (float *)malloc((size_t)(S * total * pl.D) * sizeof(float));
-        pl.ws_lse = (float *)malloc((size_t)(S * total) * sizeof(float));
-        if (!pl.ws_o || !pl.ws_lse) {
-            free(pl.ws_o); free(pl.ws_lse);
-            fw_why(ex->err, ex->err_len, "cpu-flash: no memory for the split-KV workspace");
-            return FW_ERR_OUT_OF_MEMORY;
-        }
-    }
-
-    fw_status status = FW_OK;
-    const int64_t units = pl.n_items * S;
 #pragma omp parallel num_threads(threads)
     {
         flash_scratch sc;
@@ -386,17 +336,16 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
         int ok = sc.q && sc.o && sc.m && sc.l && sc.alpha && sc.s && sc.k && sc.v && sc.row && sc.lo &&
                  sc.hi && sc.p_lo && sc.rlo;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < units; u++)
-            if (ok) run_unit(&pl, &sc, u / S, u % S);
-        if (S > 1) {
-#pragma omp for schedule(static)
-            for (int64_t row = 0; row < total; row++)
-                if (ok) merge_row(&pl, row, sc.row);
+        for (int64_t u = 0; u < pl.n_units; u++)
+            if (ok) run_unit(&pl, &sc, pl.units[u].item, pl.units[u].part);
+        if (pl.n_split_items) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t s = 0; s < pl.n_split_items; s++)
+                if (ok) merge_item(&pl, pl.split_items[s], sc.row);
         }
         scratch_free(&sc);
     }
-    free(pl.ws_o);
-    free(pl.ws_lse);
+    fw_flash_plan_free(&pl);
     if (status != FW_OK) fw_why(ex->err, ex->err_len, "cpu-flash: no memory for per-thread tile buffers");
     return status;
 }

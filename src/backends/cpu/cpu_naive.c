@@ -9,6 +9,9 @@ static int naive_supports(const fw_problem *p, char *why, size_t why_len)
     if (p->device.kind != FW_DEVICE_CPU) return fw_why(why, why_len, "tensors are not on the cpu");
     if (p->precision != FW_PRECISION_EXACT)
         return fw_why(why, why_len, "runs float32/float64 arithmetic only; no reduced precision mode");
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cpu-naive runs the dense call only; ragged batches and KV caches run on "
+                                    "cpu-flash and cpu-ref");
     const double bytes = (double)p->seqlen_q * (double)p->seqlen_k * 4.0;
     if (bytes > 8.0 * 1024 * 1024 * 1024)
         return fw_why(why, why_len, "the %lld x %lld score matrix needs %.1f GiB, above cpu-naive's 8 GiB limit",

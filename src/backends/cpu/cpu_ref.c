@@ -12,15 +12,18 @@ static int ref_supports(const fw_problem *p, char *why, size_t why_len)
     return 1;
 }
 
+/* One loop over (sequence, head, row) through the per-sequence accessors: dense, ragged and cached
+ * problems alike (a dense problem is B sequences of Lq queries and Lk keys). */
 static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
     (void)cfg;
-    const int64_t D = p->head_dim, Lk = p->seqlen_k;
+    fw_cpu_kvcache_append(p);
+    const int64_t D = p->head_dim, Lk = p->seqlen_k; /* Lk bounds every sequence's keys */
     const int64_t BH = p->batch * p->heads;
     fw_status status = FW_OK;
 #pragma omp parallel num_threads(ex->threads)
     {
-        double *s = (double *)malloc((size_t)Lk * sizeof(double));
+        double *s = (double *)malloc((size_t)(Lk > 0 ? Lk : 1) * sizeof(double));
         double *acc = (double *)malloc((size_t)D * sizeof(double));
         double *qr = (double *)malloc((size_t)D * sizeof(double));
         float *orow = (float *)malloc((size_t)D * sizeof(float));
@@ -31,14 +34,17 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bh = 0; bh < BH; bh++) {
                 const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
-                for (int64_t i = 0; i < p->seqlen_q; i++) {
+                int64_t row0, lq;
+                fw_seq_q(p, b, &row0, &lq);
+                const int64_t lk = fw_seq_k_len(p, b);
+                for (int64_t i = 0; i < lq; i++) {
                     int64_t lo, hi;
-                    fw_key_range(p, i, &lo, &hi);
-                    const int64_t qo = fw_off(p->q_stride, b, h, i);
+                    fw_seq_key_range(p, lq, lk, i, &lo, &hi);
+                    const int64_t qo = fw_row_offset(p, p->q_stride, b, h, i);
                     for (int64_t d = 0; d < D; d++) qr[d] = fw_load_f32(p->q, p->dtype, qo + d);
                     double m = -INFINITY;
                     for (int64_t j = lo; j < hi; j++) {
-                        const int64_t ko = fw_off(p->k_stride, b, hk, j);
+                        const int64_t ko = fw_key_offset(p, p->k_stride, b, hk, j);
                         double dot = 0;
                         for (int64_t d = 0; d < D; d++) dot += qr[d] * (double)fw_load_f32(p->k, p->dtype, ko + d);
                         s[j] = dot * (double)p->scale;
@@ -50,7 +56,7 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
                     for (int64_t j = lo; j < hi; j++) {
                         const double w = exp(s[j] - m);
                         l += w;
-                        const int64_t vo = fw_off(p->v_stride, b, hk, j);
+                        const int64_t vo = fw_key_offset(p, p->v_stride, b, hk, j);
                         for (int64_t d = 0; d < D; d++) acc[d] += w * (double)fw_load_f32(p->v, p->dtype, vo + d);
                     }
                     const double inv = l > 0 ? 1.0 / l : 0.0;
@@ -59,8 +65,9 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
                     } else {
                         for (int64_t d = 0; d < D; d++) orow[d] = (float)(acc[d] * inv);
                     }
-                    fw_cpu_store_row(p->o, p->dtype, fw_off(p->o_stride, b, h, i), orow, D);
-                    if (p->lse) p->lse[bh * p->seqlen_q + i] = l > 0 ? (float)(m + log(l)) : (l != l ? NAN : -INFINITY);
+                    fw_cpu_store_row(p->o, p->dtype, fw_row_offset(p, p->o_stride, b, h, i), orow, D);
+                    if (p->lse)
+                        p->lse[fw_lse_index(p, b, h, i)] = l > 0 ? (float)(m + log(l)) : (l != l ? NAN : -INFINITY);
                 }
             }
         }

@@ -21,6 +21,34 @@ extern "C" int fw_cuda_count_devices(void)
     return n;
 }
 
+/* fw_context_set_check_device_values: offsets, cache lengths and block tables copied to the host in
+ * stream order for core's checks (src/core/devices.c). Refuses memory the GPU cannot read (a host
+ * pointer passed for a CUDA call would fault in the kernel) and fails while the stream is captured. */
+extern "C" fw_status fw_cuda_values_to_host(int device, void *stream, void *dst, const void *src, size_t bytes,
+                                            char *msg, size_t msg_len)
+{
+    fw_cuda_device_guard guard(device);
+    if (guard.failed()) {
+        fw_why(msg, msg_len, "cannot make CUDA device %d current", device);
+        return FW_ERR_DEVICE;
+    }
+    cudaPointerAttributes attr;
+    cudaError_t e = cudaPointerGetAttributes(&attr, src);
+    if (e == cudaSuccess && attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+        fw_why(msg, msg_len, "%p is not device memory (the array of a CUDA call must live on the GPU)", src);
+        return FW_ERR_DEVICE_MISMATCH;
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fw_why(msg, msg_len, "copy to the host failed: %s (not possible while the stream is being captured)",
+               cudaGetErrorString(e));
+        return FW_ERR_DEVICE;
+    }
+    return FW_OK;
+}
+
 extern "C" int fw_cuda_available(char *why, size_t why_len)
 {
     int n = 0;

@@ -74,6 +74,8 @@ static int tc_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, c
 
 static int tc_supports(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cuda-flash runs dense calls only (no ragged or KV-cache kernels)");
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F16 && p->dtype != FW_BF16)
         return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",

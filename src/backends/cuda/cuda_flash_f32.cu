@@ -33,6 +33,8 @@ static int ff32_cfg_runs(const ff32_cfg_info *c, int device)
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cuda-flash-f32 runs dense calls only (no ragged or KV-cache kernels)");
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32)
         return fw_why(why, why_len, "cuda-flash-f32 takes float32 only (got %s; cuda-flash runs 16-bit)",

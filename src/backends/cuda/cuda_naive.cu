@@ -143,6 +143,8 @@ static size_t naive_ws_bytes(const fw_problem *p)
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cuda-naive runs dense calls only (no ragged or KV-cache kernels)");
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->precision != FW_PRECISION_EXACT && p->precision != FW_PRECISION_TF32)
         return fw_why(why, why_len, "cuda-naive runs exact or tf32 precision only (cuBLAS), not mode %d",

@@ -134,6 +134,8 @@ static size_t tiled_smem(int D)
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
+    if (p->kind != FW_CALL_DENSE)
+        return fw_why(why, why_len, "cuda-tiled runs dense calls only (no ragged or KV-cache kernels)");
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32)
         return fw_why(why, why_len, "cuda-tiled is float32 only (got %s)", fw_dtype_name(p->dtype));
