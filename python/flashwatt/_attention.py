@@ -1,6 +1,7 @@
 """flashwatt.attention(): argument handling and the NumPy path; torch tensors go to _torch.py."""
 from __future__ import annotations
 
+import ctypes
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -18,6 +19,9 @@ def make_params(causal: bool, scale: Optional[float], window: Optional[Sequence[
         if scale == 0.0:
             raise ValueError("scale=0 is not allowed (the C API reads 0 as 'default'); "
                              "pass None for 1/sqrt(head_dim)")
+        if ctypes.c_float(scale).value == 0.0:
+            raise ValueError(f"scale={scale!r} rounds to 0 in float32, which the C API reads as 'default' "
+                             "(1/sqrt(head_dim)); the smallest scale it can take is about 1.4e-45")
         p.scale = scale
     else:
         p.scale = 0.0

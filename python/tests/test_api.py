@@ -58,6 +58,8 @@ def test_ints_ctypes_would_wrap_are_refused():
         fw.attention(*(np.ones((1, 1, 2, 4), np.float32),) * 3, window=(1 << 64, 0))
     with pytest.raises(TypeError, match="threads"):
         fw.Context(threads=2.5)
+    with pytest.raises(ValueError, match="rounds to 0 in float32"):
+        fw.attention(*(np.ones((1, 1, 2, 4), np.float32),) * 3, scale=1e-50)
 
 
 def _header_fields(text, struct):
