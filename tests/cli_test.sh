@@ -165,5 +165,69 @@ PY
     else echo "FAIL: bench --backward JSON" >&2; failures=$((failures + 1)); fi
 fi
 
+# ---- serving: ragged batches and KV caches ------------------------------------------------------
+expect 2 "bad length list" -- check --seqlens-q 3,x,4
+grep_in err "--seqlens-q" "message names the flag"
+expect 2 "empty length" -- bench --seqlens-k 3,,4
+grep_in err "--seqlens-k" "message names the flag"
+expect 2 "lists of different lengths" -- check --seqlens-q 1,2 --seqlens-k 5
+grep_in err "one of each per sequence" "message says one length per sequence"
+expect 2 "bad cache kind" -- check --kv-cache ring --seqlens-k 8
+grep_in err "contiguous or paged" "message lists the cache kinds"
+expect 2 "page size 0" -- check --kv-cache paged --page-size 0 --seqlens-k 8
+grep_in err "--page-size" "message names the flag"
+expect 2 "page size 257" -- bench --kv-cache paged --page-size 257 --seqlens-k 8
+expect 2 "page size without a paged cache" -- check --page-size 16 --seqlens-q 4
+expect 2 "append without a cache" -- check --append --seqlens-q 4
+expect 2 "cache without cached lengths" -- check --kv-cache contiguous --seqlens-q 1
+grep_in err "--seqlens-k" "message asks for the cached lengths"
+expect 2 "ragged batch with --batch" -- check --seqlens-q 4,5 --batch 2
+expect 2 "every length 0" -- check --seqlens-q 0,0
+expect 2 "serving flags with --backward" -- check --seqlens-q 4 --backward
+expect 2 "suite decode with shape flags" -- bench --suite decode --seqlens-q 3
+S="--heads 4 --kv-heads 2 --lse"
+expect 0 "check varlen causal (empty, 1, primes, one long)" -- check $S --seqlens-q 0,1,7,13,200,3 --causal
+grep_in out "2 passed, 0 failed, 1 skipped" "cpu-flash and cpu-ref pass, cpu-naive skipped"
+grep_in out "cpu-naive runs the dense call only" "skip names supports()'s reason"
+expect 0 "check varlen Lq != Lk with a window" -- check $S --seqlens-q 5,1,9 --seqlens-k 20,0,9 --window 4,2
+expect 0 "check decode, contiguous cache" -- check $S --kv-cache contiguous --seqlens-k 300,1,0,77
+expect 0 "check chunked prefill, paged 1, append" -- check $S --kv-cache paged --page-size 1 --seqlens-k 40,2 \
+    --seqlens-q 5,3 --append --causal
+expect 0 "check paged 256 bf16 bshd append" -- check $S --kv-cache paged --page-size 256 --seqlens-k 600,9 \
+    --seqlens-q 2,0 --append --dtype bf16 --layout bshd --head-dim 128
+expect 1 "a named backend that cannot run a ragged batch" -- check --backend cpu-naive --seqlens-q 4,5
+grep_in out "cpu-naive runs the dense call only" "the reason is printed"
+expect 0 "bench a paged append batch with --json" -- bench --backend cpu-flash,cpu-naive --kv-cache paged \
+    --page-size 16 --seqlens-k 500,20,3 --seqlens-q 1,4,2 --append --heads 8 --kv-heads 2 --causal 0,1 --warmup 1 \
+    --reps 3 --json "$TMP/serve.json"
+grep_in out "KV-cache bandwidth" "bandwidth table"
+grep_in out "% copy" "percentage of the copy bandwidth"
+if command -v python3 >/dev/null 2>&1; then
+    n=$((n + 1))
+    if python3 - "$TMP/serve.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 4, "expected 4 rows, got %d" % len(rows)
+flash = [r for r in rows if r["backend"] == "cpu-flash"]
+naive = [r for r in rows if r["backend"] == "cpu-naive"]
+assert all(r["status"] == "skipped" for r in naive), naive
+cached, new, H, D = [500, 20, 3], [1, 4, 2], 8, 64
+for r in flash:
+    assert r["status"] == "ok" and r["pass"] is True, r
+    assert "paged16" in r["call"] and r["copy_gbps"] > 0 and r["kv_gbps"] > 0, r
+    # FLOPs over each sequence's own keys (cache + appended tokens), causal aligned to its end
+    pairs = 0
+    for c, q in zip(cached, new):
+        lk = c + q
+        pairs += sum(min(lk, i + lk - q + 1) for i in range(q)) if r["causal"] else q * lk
+    flops = 4 * pairs * D * H
+    assert abs(r["tflops"] - flops / (r["ms"] * 1e-3) / 1e12) <= 1e-6 * r["tflops"], (r, flops)
+    kv = 2 * sum(c + q for c, q in zip(cached, new)) * 2 * D * 4
+    assert abs(r["kv_gbps"] - kv / (r["ms"] * 1e-3) / 1e9) <= 1e-6 * r["kv_gbps"], (r, kv)
+PY
+    then echo "ok: serving bench JSON is valid and its counts exact"
+    else echo "FAIL: serving bench JSON" >&2; failures=$((failures + 1)); fi
+fi
+
 echo "cli_test: $n checks, $failures failed"
 [ "$failures" -eq 0 ]

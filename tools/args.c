@@ -17,7 +17,8 @@ typedef enum kind {
     K_INT,      /* one integer >= min */
     K_DOUBLE,   /* one number >= 0 */
     K_STR,
-    K_FLAG
+    K_FLAG,
+    K_LENS      /* comma list of per-sequence lengths >= 0 (one ragged batch) */
 } kind;
 
 typedef struct opt {
@@ -47,6 +48,11 @@ static const opt opts[] = {
     {"seed", K_SEED, 0, 0, 0},
     {"lse", K_FLAG, 0, 0, OFF(lse)},
     {"backward", K_FLAG, 0, 0, OFF(backward)},
+    {"seqlens-q", K_LENS, 0, 0, OFF(seqlens_q)},
+    {"seqlens-k", K_LENS, 0, 0, OFF(seqlens_k)},
+    {"kv-cache", K_STR, 0, 0, OFF(kv_cache)},
+    {"page-size", K_INT, 0, 1, OFF(page_size)},
+    {"append", K_FLAG, 0, 0, OFF(append)},
     {"warmup", K_INT, 1, 0, OFF(warmup)},
     {"reps", K_INT, 1, 1, OFF(reps)},
     {"max-ref-s", K_DOUBLE, 1, 0, OFF(max_ref_s)},
@@ -265,8 +271,10 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
     }
     case K_INT: {
         int64_t x;
-        if (parse_int(val, &x) || x < o->min || x > 1000000) {
-            snprintf(err, err_len, "--%s: '%s' is not an integer in %lld..1000000", o->name, val, (long long)o->min);
+        const int64_t max = !strcmp(o->name, "page-size") ? 256 : 1000000; /* a page holds 1..256 keys */
+        if (parse_int(val, &x) || x < o->min || x > max) {
+            snprintf(err, err_len, "--%s: '%s' is not an integer in %lld..%lld", o->name, val, (long long)o->min,
+                     (long long)max);
             return 2;
         }
         *(int *)(base + o->off) = (int)x;
@@ -293,8 +301,106 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
     case K_FLAG:
         *(int *)(base + o->off) = 1;
         return 0;
+    case K_LENS: {
+        int32_t *v = (int32_t *)(base + o->off);
+        int *count = o->off == OFF(seqlens_q) ? &cli->n_seqlens_q : &cli->n_seqlens_k;
+        int m = 0;
+        for (const char *p = val;; m++) {
+            const char *c = strchr(p, ',');
+            char one[32];
+            const size_t l = c ? (size_t)(c - p) : strlen(p);
+            int64_t x = -1;
+            if (m >= FW_CASE_MAX_SEQS) {
+                snprintf(err, err_len, "--%s: more than %d sequences", o->name, FW_CASE_MAX_SEQS);
+                return 2;
+            }
+            if (l == 0 || l >= sizeof one) x = -1;
+            else {
+                memcpy(one, p, l);
+                one[l] = 0;
+                if (parse_int(one, &x)) x = -1;
+            }
+            if (x < 0 || x >= (1ll << 31)) {
+                snprintf(err, err_len, "--%s: '%.*s' in '%s' is not a sequence length (an integer 0..2147483647)", o->name,
+                         (int)(l < 32 ? l : 32), p, val);
+                return 2;
+            }
+            v[m] = (int32_t)x;
+            if (!c) break;
+            p = c + 1;
+        }
+        *count = m + 1;
+        return 0;
+    }
     }
     return 2;
+}
+
+/* The ragged batch of --seqlens-q/-k, --kv-cache, --page-size and --append, checked together. */
+static int serving_flags(fw_cli *cli, char *err, size_t err_len)
+{
+    fw_serving_shape *sv = &cli->serving;
+    memset(sv, 0, sizeof *sv);
+    const int kv = cli->kv_cache != NULL;
+    if (!cli->n_seqlens_q && !cli->n_seqlens_k && !kv && !cli->page_size && !cli->append) return 0;
+    const int paged = kv && !strcmp(cli->kv_cache, "paged");
+    if (kv && !paged && strcmp(cli->kv_cache, "contiguous") != 0) {
+        snprintf(err, err_len, "--kv-cache: '%s' is not contiguous or paged", cli->kv_cache);
+        return 2;
+    }
+    if (cli->page_size && !paged) {
+        snprintf(err, err_len, "--page-size is for --kv-cache paged");
+        return 2;
+    }
+    if (cli->append && !kv) {
+        snprintf(err, err_len, "--append writes the new tokens into a KV cache: add --kv-cache contiguous|paged");
+        return 2;
+    }
+    if (cli->batch.n || cli->seqlen.n || cli->seqlen_k.n) {
+        snprintf(err, err_len, "--batch, --seqlen and --seqlen-k describe a dense batch; a ragged batch takes its sequences "
+                               "from --seqlens-q / --seqlens-k");
+        return 2;
+    }
+    if (cli->backward) {
+        snprintf(err, err_len, "--backward runs the dense call only; drop it or the serving flags");
+        return 2;
+    }
+    if (kv && !cli->n_seqlens_k) {
+        snprintf(err, err_len, "--kv-cache needs --seqlens-k: the tokens already cached, one per sequence");
+        return 2;
+    }
+    const int n = cli->n_seqlens_k ? cli->n_seqlens_k : cli->n_seqlens_q;
+    if (cli->n_seqlens_q && cli->n_seqlens_k && cli->n_seqlens_q != cli->n_seqlens_k) {
+        snprintf(err, err_len, "--seqlens-q has %d lengths but --seqlens-k has %d; give one of each per sequence",
+                 cli->n_seqlens_q, cli->n_seqlens_k);
+        return 2;
+    }
+    sv->kind = kv ? FW_CASE_KVCACHE : FW_CASE_VARLEN;
+    sv->nseq = n;
+    sv->page_size = paged ? (cli->page_size ? cli->page_size : 16) : 0;
+    sv->append = cli->append;
+    int64_t total_q = 0, total_k = 0;
+    for (int b = 0; b < n; b++) {
+        /* a cache without --seqlens-q decodes one token per sequence; a ragged batch without one list is square */
+        sv->seq_q[b] = cli->n_seqlens_q ? cli->seqlens_q[b] : kv ? 1 : cli->seqlens_k[b];
+        sv->seq_k[b] = cli->n_seqlens_k ? cli->seqlens_k[b] : cli->seqlens_q[b];
+        total_q += sv->seq_q[b];
+        total_k += sv->seq_k[b];
+    }
+    if (total_q == 0) {
+        snprintf(err, err_len, "--seqlens-q: every length is 0; the batch needs at least one query");
+        return 2;
+    }
+    if (!kv && total_k == 0) {
+        snprintf(err, err_len, "--seqlens-k: every length is 0; a ragged batch needs at least one key");
+        return 2;
+    }
+    if (total_q >= (1ll << 31) || total_k >= (1ll << 31)) {
+        snprintf(err, err_len, "--seqlens-q / --seqlens-k: the batch's %lld / %lld tokens are above 2^31 - 1",
+                 (long long)total_q, (long long)total_k);
+        return 2;
+    }
+    return 0;
 }
 
 int fw_args_parse(int argc, char **argv, int first, int lists, fw_cli *cli, char *err, size_t err_len)
@@ -356,14 +462,14 @@ int fw_args_parse(int argc, char **argv, int first, int lists, fw_cli *cli, char
         int rc = apply(o, val, lists, cli, err, err_len);
         if (rc) return rc;
     }
-    return 0;
+    return serving_flags(cli, err, err_len);
 }
 
 /* ---- shared by check and bench ----------------------------------------------------------- */
 int fw_args_any_shape(const fw_cli *cli)
 {
     return cli->batch.n || cli->heads.n || cli->kv_heads.n || cli->seqlen.n || cli->seqlen_k.n || cli->head_dim.n ||
-           cli->dtype.n || cli->causal.n || cli->layout.n || cli->have_window;
+           cli->dtype.n || cli->causal.n || cli->layout.n || cli->have_window || cli->serving.nseq;
 }
 
 static int plan_add(fw_plan *plan, const char *name, fw_device dev)

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "flashwatt.h"
+#include "suites.h"
 
 #define FW_LIST_MAX 64
 #define FW_NAME_MAX 48
@@ -32,6 +33,13 @@ typedef struct fw_cli {
     int64_t window_left, window_right; /* FW_WINDOW_UNLIMITED = -1 */
     int lse;          /* --lse: also produce and check the row log-sum-exp */
     int backward;     /* --backward: check / time the backward pass (fwd+bwd in bench) */
+    /* serving calls: one ragged batch (--seqlens-q / --seqlens-k, --kv-cache, --page-size, --append) */
+    int n_seqlens_q, n_seqlens_k; /* 0 = not given */
+    int32_t seqlens_q[FW_CASE_MAX_SEQS], seqlens_k[FW_CASE_MAX_SEQS];
+    const char *kv_cache; /* "contiguous" | "paged" */
+    int page_size;        /* 0 = not given */
+    int append;
+    fw_serving_shape serving; /* the batch those flags describe; nseq 0 = a dense call */
     fw_slist backends;
     int have_device;
     fw_device device;
@@ -79,7 +87,7 @@ int fw_args_backend_info(const char *name, fw_backend_info *out);
 #define FW_DEFAULT_HEAD_DIM 64
 
 /* Did the user give any shape flag (batch, heads, kv-heads, seqlen, seqlen-k, head-dim, dtype,
- * causal, window, layout)? */
+ * causal, window, layout, or a serving flag)? */
 int fw_args_any_shape(const fw_cli *cli);
 
 /* The backends to run and where each runs.

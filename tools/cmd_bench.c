@@ -14,6 +14,7 @@
 #include "report.h"
 #include "suites.h"
 #include "energy.h"
+#include "bandwidth.h"
 #include "sched/sched.h"
 #include "core/dtype.h"
 #ifdef FW_HAVE_CUDA
@@ -53,6 +54,7 @@ static int cross_product(const fw_cli *cli, fw_shape *out, int max)
         s.layout_bshd = (int)VAL(cli->layout, i, 0);
         s.window_left = cli->have_window ? cli->window_left : FW_WINDOW_UNLIMITED;
         s.window_right = cli->have_window ? cli->window_right : FW_WINDOW_UNLIMITED;
+        if (cli->serving.nseq) fw_shape_set_serving(&s, &cli->serving); /* one ragged batch, its own lengths */
         out[n++] = s;
     }
     return n;
@@ -92,7 +94,7 @@ static double measure_rate(const char *backend, const fw_shape *s, fw_device dev
         fw_context *ctx = NULL;
         int ok = fw_context_create(&ctx) == FW_OK && fw_context_set_backend(ctx, backend) == FW_OK &&
                  fw_context_set_threads(ctx, s->threads) == FW_OK &&
-                 fw_backend_supports(backend, &r.q, &r.k, &r.v, &r.o, &c.params, NULL, 0) == FW_OK;
+                 fw_run_supports(&r, backend, NULL, 0) == FW_OK;
         for (int i = 0; ok && i < warm; i++) ok = fw_run_forward(&r, ctx) == FW_OK;
         double best = INFINITY;
         for (int i = 0; ok && i < timed; i++) {
@@ -255,7 +257,7 @@ typedef struct bench_arg {
 static fw_status bench_call(void *a)
 {
     bench_arg *b = (bench_arg *)a;
-    return fw_attention_forward(b->ctx, &b->r->q, &b->r->k, &b->r->v, &b->r->o, b->r->lse, &b->r->c.params);
+    return fw_run_call(b->r, b->ctx);
 }
 
 static fw_status bench_sync(void *a) { return fw_device_sync(((bench_arg *)a)->cuda_index); }
@@ -514,8 +516,7 @@ int fw_cmd_bench(int argc, char **argv)
             }
             fw_run *r = &runs[di];
             char why[512];
-            if (!is_auto &&
-                fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
+            if (!is_auto && fw_run_supports(r, row->backend, why, sizeof why) != FW_OK) {
                 row->status = FW_ROW_SKIPPED;
                 snprintf(row->note, sizeof row->note, "unsupported: %.240s", why);
                 fw_report_bench_row(stdout, row);
@@ -524,7 +525,7 @@ int fw_cmd_bench(int argc, char **argv)
             const double flops = fw_run_flops(r), bytes = fw_run_bytes(r);
             const double rate = rate_of(row->backend, dev, s->dtype, s->head_dim, s->threads);
             double est = rate > 0 ? flops / rate : NAN;
-            if (!di && cli.max_call_s > 0 && est > cli.max_call_s && s->batch * s->heads > 1) {
+            if (!di && cli.max_call_s > 0 && est > cli.max_call_s && s->batch * s->heads > 1 && !s->serving) {
                 /* the small calibration problem underrates tiled backends: before skipping, time a
                  * slice of this shape (one head per thread, same lengths) when that is affordable */
                 fw_shape slice = *s;
@@ -596,9 +597,9 @@ int fw_cmd_bench(int argc, char **argv)
                     row->rel_l2 = e.rel_l2;
                     row->tol = e.tol;
                     if (!e.pass) fails++;
-                    if (e.unwritten || e.nan_mismatch)
-                        snprintf(row->note, sizeof row->note, "%ld unwritten, %ld NaN mismatches", e.unwritten,
-                                 e.nan_mismatch);
+                    if (e.unwritten || e.nan_mismatch || e.cache_mismatch)
+                        snprintf(row->note, sizeof row->note, "%ld unwritten, %ld NaN mismatches, %ld cache elements wrong",
+                                 e.unwritten, e.nan_mismatch, e.cache_mismatch);
                 }
             } else {
                 if (cli.max_ref_s <= 0)
@@ -629,6 +630,18 @@ int fw_cmd_bench(int argc, char **argv)
             row->tflops = flops / (ms * 1e-3) / 1e12;
             row->gbps = bytes / (ms * 1e-3) / 1e9;
             row->intensity = flops / bytes;
+            if (s->serving && s->serving->kind == FW_CASE_KVCACHE) {
+                /* the decode roofline: K+V read once, against a copy on this device right now */
+                char bwhy[256] = "";
+                row->kv_bytes = fw_run_kv_bytes(r);
+                row->tokens = 0;
+                for (int b = 0; b < s->serving->nseq; b++) row->tokens += s->serving->seq_q[b];
+                row->copy_gbps = fw_copy_bandwidth(dev, s->threads, (size_t)(di ? 1u << 30 : 256u << 20), bwhy, sizeof bwhy);
+                if (!isfinite(row->copy_gbps)) {
+                    size_t nl = strlen(row->note);
+                    snprintf(row->note + nl, sizeof row->note - nl, "%scopy bandwidth n/a: %.120s", nl ? "; " : "", bwhy);
+                }
+            }
             if (di) {
                 /* the call's tensors plus the device memory the backend newly holds after this row's
                  * calls (cudaMemGetInfo before and after). Workspace a backend cached on an earlier
@@ -696,6 +709,7 @@ int fw_cmd_bench(int argc, char **argv)
     }
     printf("%d ran, %d skipped, %d errors, %d over tolerance; %.1f s\n", ran, skipped, errors, fails,
            fw_now_seconds() - start);
+    fw_report_bandwidth(stdout, rows, nrows);
     int wrc = 0;
     if (cli.csv && fw_report_write_csv(cli.csv, rows, nrows)) wrc = 1;
     if (cli.json && fw_report_write_json(cli.json, rows, nrows)) wrc = 1;

@@ -28,6 +28,7 @@ static fw_shape shape_of(const fw_cli *cli)
     s.window_right = cli->have_window ? cli->window_right : FW_WINDOW_UNLIMITED;
     s.layout_bshd = cli->layout.n ? (int)cli->layout.v[0] : 0;
     s.threads = cli->threads.n ? (int)cli->threads.v[0] : 0;
+    if (cli->serving.nseq) fw_shape_set_serving(&s, &cli->serving);
     return s;
 }
 
@@ -146,7 +147,7 @@ static void skip_unless_runnable(fw_row *row, const fw_run *r)
     if (!info.usable) {
         snprintf(row->note, sizeof row->note, "not usable here: %.230s", info.why_not);
         row->status = FW_ROW_SKIPPED;
-    } else if (fw_backend_supports(row->backend, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, sizeof why) != FW_OK) {
+    } else if (fw_run_supports(r, row->backend, why, sizeof why) != FW_OK) {
         snprintf(row->note, sizeof row->note, "does not support this problem: %.220s", why);
         row->status = FW_ROW_SKIPPED;
     }
@@ -391,6 +392,8 @@ int fw_cmd_check(int argc, char **argv)
         row.tol = e.tol;
         size_t n = 0;
         if (e.unwritten) n += (size_t)snprintf(row.note + n, sizeof row.note - n, "%ld unwritten; ", e.unwritten);
+        if (e.cache_mismatch && n < sizeof row.note)
+            n += (size_t)snprintf(row.note + n, sizeof row.note - n, "%ld cache elements wrong; ", e.cache_mismatch);
         if (e.stray) n += (size_t)snprintf(row.note + n, sizeof row.note - n, "%ld stray writes; ", e.stray);
         if (e.nan_mismatch) n += (size_t)snprintf(row.note + n, sizeof row.note - n, "%ld NaN mismatches; ", e.nan_mismatch);
         if (r->lse && n < sizeof row.note)

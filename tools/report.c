@@ -11,6 +11,7 @@ void fw_row_init(fw_row *r)
     r->ms = r->tflops = r->gbps = r->intensity = NAN;
     r->max_abs_err = r->rel_l2 = r->tol = NAN;
     r->peak_mem_bytes = NAN;
+    r->kv_bytes = r->tokens = r->copy_gbps = NAN;
     r->watts_avg = r->watts_peak = r->joules_per_call = r->gflops_per_watt = r->watts_std = r->idle_w = NAN;
     r->status = FW_ROW_OK;
 }
@@ -59,7 +60,12 @@ void fw_report_bench_row(FILE *f, const fw_row *r)
     if (r->status == FW_ROW_OK) snprintf(reps, sizeof reps, "%d", r->reps);
     else snprintf(reps, sizeof reps, "-");
     const char *note = r->note;
-    char buf[320];
+    char buf[480];
+    char text[256];
+    if (s->serving && r->status == FW_ROW_OK) { /* the batch in words: the Lq/Lk columns hold its longest */
+        snprintf(buf, sizeof buf, "%s%s%.200s", fw_shape_text(s, text, sizeof text), r->note[0] ? "; " : "", r->note);
+        note = buf;
+    }
     if (r->status == FW_ROW_SKIPPED) { snprintf(buf, sizeof buf, "skipped: %s", r->note); note = buf; }
     else if (r->status == FW_ROW_ERROR) { snprintf(buf, sizeof buf, "ERROR: %s", r->note); note = buf; }
     else if (r->checked && !r->pass) { snprintf(buf, sizeof buf, "FAIL (tol %.2e)%s%s", r->tol, r->note[0] ? "; " : "", r->note); note = buf; }
@@ -97,6 +103,32 @@ void fw_report_check_row(FILE *f, const fw_row *r)
                     : r->pass ? "pass" : "FAIL";
     fprintf(f, "%-14s %-7s %10s %10s %10s %9s  %s\n", r->backend, r->device, num(r->max_abs_err, "%.3e", a, sizeof a),
             num(r->rel_l2, "%.3e", b, sizeof b), num(r->tol, "%.3e", c, sizeof c), res, r->note);
+    fflush(f);
+}
+
+void fw_report_bandwidth(FILE *f, const fw_row *rows, int n)
+{
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= rows[i].status == FW_ROW_OK && isfinite(rows[i].kv_bytes);
+    if (!any) return;
+    fprintf(f, "\nKV-cache bandwidth: GB/s = K+V bytes read per call / median time; copy = a copy on the same device "
+               "right after the row (GPU: device-to-device cudaMemcpy; CPU: multi-threaded memcpy), bytes read + "
+               "written; J/token = joules per call / new tokens\n");
+    fprintf(f, "%-14s %-6s %10s %9s %9s %7s %10s  %s\n", "backend", "device", "us", "GB/s", "copy GB/s", "% copy",
+            "J/token", "shape");
+    for (int i = 0; i < n; i++) {
+        const fw_row *r = &rows[i];
+        if (r->status != FW_ROW_OK || !isfinite(r->kv_bytes)) continue;
+        char shape[256], jt[32], cp[32], pct[32];
+        fw_shape_text(&r->s, shape, sizeof shape);
+        const double gbps = r->kv_bytes / (r->ms * 1e-3) / 1e9;
+        num(r->copy_gbps, "%.1f", cp, sizeof cp);
+        num(100.0 * gbps / r->copy_gbps, "%.0f%%", pct, sizeof pct);
+        if (isfinite(r->joules_per_call) && r->tokens > 0) snprintf(jt, sizeof jt, "%.3e", r->joules_per_call / r->tokens);
+        else snprintf(jt, sizeof jt, "n/a");
+        fprintf(f, "%-14s %-6s %10.1f %9.1f %9s %7s %10s  %s\n", r->backend, r->device, r->ms * 1e3, gbps, cp, pct, jt,
+                shape);
+    }
     fflush(f);
 }
 
@@ -151,7 +183,14 @@ int fw_report_write_csv(const char *path, const fw_row *rows, int n)
         else fputc(',', f);
         csv_num(f, r->watts_avg); csv_num(f, r->watts_peak); csv_num(f, r->joules_per_call);
         csv_num(f, r->gflops_per_watt); csv_num(f, r->watts_std);
-        csv_str(f, r->note);
+        char note[512];
+        if (s->serving) { /* the ragged batch in words beside the note (the columns hold its longest lengths) */
+            char text[256];
+            snprintf(note, sizeof note, "%s%s%s", fw_shape_text(s, text, sizeof text), r->note[0] ? "; " : "", r->note);
+        } else {
+            snprintf(note, sizeof note, "%s", r->note);
+        }
+        csv_str(f, note);
         fputc('\n', f);
     }
     if (fclose(f) != 0) {
@@ -220,6 +259,14 @@ int fw_report_write_json(const char *path, const fw_row *rows, int n)
         if (strncmp(r->device, "cuda", 4) == 0) {
             if (isfinite(r->peak_mem_bytes)) fprintf(f, ", \"peak_mem_bytes\": %.0f", r->peak_mem_bytes);
             else fputs(", \"peak_mem_bytes\": null", f);
+        }
+        if (s->serving) { /* the ragged batch in words, and the KV-cache bandwidth numbers */
+            char text[256];
+            fputs(", ", f);
+            json_str(f, "call", fw_shape_text(s, text, sizeof text));
+            json_num(f, "kv_gbps", r->kv_bytes / (r->ms * 1e-3) / 1e9);
+            json_num(f, "copy_gbps", r->copy_gbps);
+            json_num(f, "joules_per_token", r->tokens > 0 ? r->joules_per_call / r->tokens : NAN);
         }
         json_num(f, "watts_avg", r->watts_avg);
         json_num(f, "watts_peak", r->watts_peak);

@@ -26,6 +26,9 @@ typedef struct fw_row {
     int ntrace;
     double (*power_trace)[2];        /* [t_s, W] samples inside the window (malloc'd, may be NULL) */
     const char *pass_kind;           /* NULL (forward) or "fwd+bwd" (bench --backward): JSON "phase" */
+    /* KV-cache rows (the bandwidth report): K+V bytes one call reads, its new tokens, and the copy
+     * bandwidth (GB/s, bytes read + written) measured right after the row on its device; NaN else */
+    double kv_bytes, tokens, copy_gbps;
     char note[256];
 } fw_row;
 
@@ -39,6 +42,9 @@ void fw_report_bench_row(FILE *f, const fw_row *r);
 /* check: one line per backend. */
 void fw_report_check_header(FILE *f);
 void fw_report_check_row(FILE *f, const fw_row *r);
+
+/* The bandwidth table of the KV-cache rows: µs, GB/s of K+V read, % of the copy bandwidth, J/token. */
+void fw_report_bandwidth(FILE *f, const fw_row *rows, int n);
 
 /* 0 on success; -1 after printing why to stderr. */
 int fw_report_write_csv(const char *path, const fw_row *rows, int n);

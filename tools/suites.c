@@ -81,6 +81,78 @@ static int cpu_shapes(fw_device_kind dev, fw_shape *out, int max)
     return n;
 }
 
+/* ---- serving --------------------------------------------------------------------------------- */
+void fw_shape_set_serving(fw_shape *s, const fw_serving_shape *sv)
+{
+    s->serving = sv;
+    if (!sv) return;
+    s->batch = sv->nseq;
+    s->seqlen_q = s->seqlen_k = 0;
+    for (int b = 0; b < sv->nseq; b++) {
+        if (sv->seq_q[b] > s->seqlen_q) s->seqlen_q = sv->seq_q[b];
+        if (sv->seq_k[b] > s->seqlen_k) s->seqlen_k = sv->seq_k[b];
+    }
+}
+
+/* A decode batch: B sequences of one new token against `keys` cached ones. */
+static fw_shape decode(fw_serving_shape *sv, int B, int64_t heads, int64_t kv_heads, int keys, fw_dtype t, int page_size)
+{
+    fw_shape s = shape(B, heads, 1, 128, t, 0);
+    s.kv_heads = kv_heads;
+    memset(sv, 0, sizeof *sv);
+    sv->kind = FW_CASE_KVCACHE;
+    sv->nseq = B;
+    sv->page_size = page_size;
+    for (int b = 0; b < B; b++) {
+        sv->seq_q[b] = 1;
+        sv->seq_k[b] = keys;
+    }
+    fw_shape_set_serving(&s, sv);
+    return s;
+}
+
+/* Issue 24's decode table (bf16, D=128, Lq=1, contiguous caches; the first shape paged too, page
+ * sizes 16 and 1); on the cpu its decode shape: B=4, 32/8 heads, 8192 keys, f32 (and paged 16). */
+static int decode_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    static fw_serving_shape sv[8];
+    int n = 0;
+    if (dev == FW_DEVICE_CPU) {
+        PUSH(decode(&sv[0], 4, 32, 8, 8192, FW_F32, 0));
+        PUSH(decode(&sv[1], 4, 32, 8, 8192, FW_F32, 16));
+        return n;
+    }
+    PUSH(decode(&sv[0], 8, 64, 8, 8192, FW_BF16, 0));
+    PUSH(decode(&sv[1], 64, 32, 8, 2048, FW_BF16, 0));
+    PUSH(decode(&sv[2], 1, 32, 8, 131072, FW_BF16, 0));
+    PUSH(decode(&sv[3], 16, 32, 32, 4096, FW_BF16, 0));
+    PUSH(decode(&sv[4], 128, 32, 8, 1024, FW_BF16, 0));
+    PUSH(decode(&sv[5], 8, 64, 8, 8192, FW_BF16, 16));
+    PUSH(decode(&sv[6], 8, 64, 8, 8192, FW_BF16, 1));
+    return n;
+}
+
+/* Ragged prefill: causal, bf16, 32/8 heads, D=128, 16 sequences of 128..4096 tokens (evenly spread,
+ * shuffled; 33792 tokens), and the dense batch of the same tokens at the mean length beside it. */
+static int serve_prefill_shapes(fw_device_kind dev, fw_shape *out, int max)
+{
+    (void)dev;
+    static fw_serving_shape sv;
+    memset(&sv, 0, sizeof sv);
+    sv.kind = FW_CASE_VARLEN;
+    sv.nseq = 16;
+    for (int i = 0; i < 16; i++) sv.seq_q[i] = sv.seq_k[i] = 128 + (i * 7 % 16) * (4096 - 128) / 15;
+    int n = 0;
+    fw_shape s = shape(16, 32, 1, 128, FW_BF16, 1);
+    s.kv_heads = 8;
+    fw_shape_set_serving(&s, &sv);
+    PUSH(s);
+    fw_shape dense = shape(16, 32, (128 + 4096) / 2, 128, FW_BF16, 1);
+    dense.kv_heads = 8;
+    PUSH(dense);
+    return n;
+}
+
 static const fw_suite suites[] = {
     {"default", "what `flashwatt bench` runs with no options: cpu B=1 H=8 D=64 L=512,1024,2048 f32 "
                 "(cpu-flash, cpu-naive); on a GPU B=16 H=8 D=64 L=512..2048 f32,f16",
@@ -90,6 +162,12 @@ static const fw_suite suites[] = {
     {"fa-grid", "FlashAttention grid: 16k tokens, hidden 2048, D=64,128, L=512..16384, bf16, causal 0/1 (GPU)",
      1, NULL, NULL, fagrid_shapes},
     {"cpu", "CPU set: B=1 H=8 L=2048 D=64,128, f32/f16/bf16, causal 0/1", 0, NULL, NULL, cpu_shapes},
+    {"decode", "KV-cache decode (issue 24): GPU bf16 D=128 Lq=1 B=8 64/8 8192 keys, B=64 32/8 2048, B=1 32/8 "
+               "131072, B=16 32/32 4096, B=128 32/8 1024 (+ paged 16, 1); cpu B=4 32/8 8192 f32; against a copy",
+     0, "cpu-flash", NULL, decode_shapes},
+    {"serve-prefill", "ragged causal prefill: bf16 32/8 heads D=128, 16 sequences of 128..4096 tokens, and the "
+                      "dense batch at the mean length",
+     1, "cpu-flash", NULL, serve_prefill_shapes},
 };
 
 int fw_suite_count(void) { return (int)(sizeof suites / sizeof suites[0]); }
@@ -108,8 +186,19 @@ const fw_suite *fw_suite_default(void) { return &suites[0]; }
 fw_case fw_shape_case(const fw_shape *s, fw_device device, uint64_t seed, int want_lse)
 {
     fw_case c = fw_case_default();
-    c.batch = s->batch; c.heads = s->heads; c.kv_heads = s->kv_heads;
-    c.seqlen_q = s->seqlen_q; c.seqlen_k = s->seqlen_k; c.head_dim = s->head_dim;
+    if (s->serving) {
+        const fw_serving_shape *sv = s->serving;
+        c = fw_case_serving(sv->kind, sv->nseq, sv->seq_q, sv->seq_k, s->heads, s->kv_heads, s->head_dim, s->dtype,
+                            seed);
+        c.page_size = sv->page_size;
+        c.append = sv->append;
+    }
+    if (!s->serving) {
+        c.batch = s->batch;
+        c.seqlen_q = s->seqlen_q;
+        c.seqlen_k = s->seqlen_k;
+    }
+    c.heads = s->heads; c.kv_heads = s->kv_heads; c.head_dim = s->head_dim;
     c.dtype = s->dtype;
     c.device = device;
     c.layout_bshd = s->layout_bshd;
@@ -124,8 +213,47 @@ fw_case fw_shape_case(const fw_shape *s, fw_device device, uint64_t seed, int wa
     return c;
 }
 
+/* " Lq=[3,1,..]" or " Lq=1" when every sequence has the same length. */
+static size_t lens_text(char *buf, size_t len, const char *name, const int32_t *v, int n)
+{
+    int same = 1;
+    int64_t sum = 0;
+    for (int b = 0; b < n; b++) same &= v[b] == v[0], sum += v[b];
+    if (same) return (size_t)snprintf(buf, len, " %s=%d", name, v[0]);
+    size_t k = (size_t)snprintf(buf, len, " %s=[", name);
+    for (int b = 0; b < n && k < len; b++) {
+        if (b == 8 && n > 10) {
+            k += (size_t)snprintf(buf + k, len - k, "..,%d", v[n - 1]);
+            break;
+        }
+        k += (size_t)snprintf(buf + k, len - k, "%s%d", b ? "," : "", v[b]);
+    }
+    if (k < len) k += (size_t)snprintf(buf + k, len - k, "](%lld)", (long long)sum);
+    return k;
+}
+
 const char *fw_shape_text(const fw_shape *s, char *buf, size_t len)
 {
+    const fw_serving_shape *sv = s->serving;
+    if (sv) {
+        size_t n = (size_t)snprintf(buf, len, "%s", sv->kind == FW_CASE_VARLEN ? "varlen" : "kvcache");
+        if (sv->kind == FW_CASE_KVCACHE && n < len)
+            n += sv->page_size ? (size_t)snprintf(buf + n, len - n, " paged%d", sv->page_size)
+                               : (size_t)snprintf(buf + n, len - n, " contiguous");
+        if (sv->append && n < len) n += (size_t)snprintf(buf + n, len - n, " append");
+        if (n < len) n += (size_t)snprintf(buf + n, len - n, " B=%d H=%lld", sv->nseq, (long long)s->heads);
+        if (n < len && s->kv_heads != s->heads) n += (size_t)snprintf(buf + n, len - n, " Hkv=%lld", (long long)s->kv_heads);
+        if (n < len) n += lens_text(buf + n, len - n, sv->kind == FW_CASE_VARLEN ? "Lq" : "new", sv->seq_q, sv->nseq);
+        if (n < len) n += lens_text(buf + n, len - n, sv->kind == FW_CASE_VARLEN ? "Lk" : "cached", sv->seq_k, sv->nseq);
+        if (n < len) n += (size_t)snprintf(buf + n, len - n, " D=%lld %s", (long long)s->head_dim, fw_dtype_name(s->dtype));
+        if (n < len && s->causal) n += (size_t)snprintf(buf + n, len - n, " causal");
+        if (n < len && (s->window_left != FW_WINDOW_UNLIMITED || s->window_right != FW_WINDOW_UNLIMITED))
+            n += (size_t)snprintf(buf + n, len - n, " window=%lld,%lld", (long long)s->window_left,
+                                  (long long)s->window_right);
+        if (n < len && s->layout_bshd) n += (size_t)snprintf(buf + n, len - n, " bshd");
+        if (n < len && s->threads) snprintf(buf + n, len - n, " threads=%d", s->threads);
+        return buf;
+    }
     size_t n = (size_t)snprintf(buf, len, "B=%lld H=%lld", (long long)s->batch, (long long)s->heads);
     if (n < len && s->kv_heads != s->heads) n += (size_t)snprintf(buf + n, len - n, " Hkv=%lld", (long long)s->kv_heads);
     if (n < len) n += (size_t)snprintf(buf + n, len - n, " L=%lld", (long long)s->seqlen_q);

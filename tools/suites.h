@@ -7,6 +7,16 @@
 #include "flashwatt.h"
 #include "fw_harness.h"
 
+/* One ragged batch of a serving call: per-sequence lengths and the cache's form. */
+typedef struct fw_serving_shape {
+    fw_case_kind kind;      /* FW_CASE_VARLEN or FW_CASE_KVCACHE */
+    int nseq;
+    int32_t seq_q[FW_CASE_MAX_SEQS]; /* queries (KV cache: new tokens) */
+    int32_t seq_k[FW_CASE_MAX_SEQS]; /* keys (KV cache: tokens already cached) */
+    int page_size;          /* KV cache: 0 contiguous, else paged (shuffled block table) */
+    int append;             /* KV cache: new keys and values written into it by the call */
+} fw_serving_shape;
+
 /* One benchmark shape (a point of the cross product bench sweeps). */
 typedef struct fw_shape {
     int64_t batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim;
@@ -15,7 +25,12 @@ typedef struct fw_shape {
     int64_t window_left, window_right; /* FW_WINDOW_UNLIMITED = -1 */
     int layout_bshd;
     int threads; /* 0 = all cores */
+    /* a serving call (NULL: dense): batch = its sequences, seqlen_q / seqlen_k their longest */
+    const fw_serving_shape *serving;
 } fw_shape;
+
+/* shape's batch and lengths from its serving batch (the longest query and key counts). */
+void fw_shape_set_serving(fw_shape *s, const fw_serving_shape *serving);
 
 typedef struct fw_suite {
     const char *name;
