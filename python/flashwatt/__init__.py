@@ -6,6 +6,8 @@ tensors on the CPU and CUDA::
     import flashwatt
     o = flashwatt.attention(q, k, v, causal=True)            # (batch, heads, seq, head_dim)
     o, lse = flashwatt.attention(q, k, v, layout="bshd", return_lse=True)
+    o = flashwatt.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal=True)
+    o = flashwatt.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k=k, v=v)
     ctx = flashwatt.Context(objective="min-energy", power_cap_w=450)
     o = ctx.attention(q, k, v)
     with flashwatt.energy() as e:
@@ -23,6 +25,7 @@ from typing import List
 from . import _lib
 from ._attention import attention, attention_backward
 from ._context import Context, default_context
+from ._serving import attention_varlen, attention_with_kvcache
 from ._lib import FlashwattError, FlashwattNotImplementedError, Status, library_path
 from ._telemetry import CpuReading, EnergyWindow, GpuReading, Snapshot, energy, telemetry
 
@@ -78,7 +81,7 @@ def cuda_device_count() -> int:
 
 
 __all__ = [
-    "attention", "attention_backward", "Context", "default_context", "FlashwattError", "FlashwattNotImplementedError",
+    "attention", "attention_backward", "attention_varlen", "attention_with_kvcache", "Context", "default_context", "FlashwattError", "FlashwattNotImplementedError",
     "Status", "BackendInfo", "backends", "version", "library_path", "cpu_simd_level",
     "cuda_device_count", "telemetry", "energy", "EnergyWindow", "Snapshot", "GpuReading",
     "CpuReading", "__version__",

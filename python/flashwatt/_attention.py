@@ -1,7 +1,7 @@
 """flashwatt.attention(): argument handling and the NumPy path; torch tensors go to _torch.py."""
 from __future__ import annotations
 
-import operator
+import ctypes
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -19,6 +19,9 @@ def make_params(causal: bool, scale: Optional[float], window: Optional[Sequence[
         if scale == 0.0:
             raise ValueError("scale=0 is not allowed (the C API reads 0 as 'default'); "
                              "pass None for 1/sqrt(head_dim)")
+        if ctypes.c_float(scale).value == 0.0:
+            raise ValueError(f"scale={scale!r} rounds to 0 in float32, which the C API reads as 'default' "
+                             "(1/sqrt(head_dim)); the smallest scale it can take is about 1.4e-45")
         p.scale = scale
     else:
         p.scale = 0.0
@@ -27,8 +30,9 @@ def make_params(causal: bool, scale: Optional[float], window: Optional[Sequence[
     if window is not None:
         if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
             raise ValueError(f"window must be a pair (left, right) of ints or None, got {window!r}")
-        left = _lib.WINDOW_UNLIMITED if window[0] is None else operator.index(window[0])
-        right = _lib.WINDOW_UNLIMITED if window[1] is None else operator.index(window[1])
+        # Checked here: a ctypes int64 field would silently wrap a larger value.
+        left = _lib.WINDOW_UNLIMITED if window[0] is None else _lib.check_int(window[0], "window[0]", *_lib.INT64_RANGE)
+        right = _lib.WINDOW_UNLIMITED if window[1] is None else _lib.check_int(window[1], "window[1]", *_lib.INT64_RANGE)
     p.window_left = left
     p.window_right = right
     return p

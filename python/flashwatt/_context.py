@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from typing import Any, Optional
 
@@ -57,6 +58,9 @@ class Context:
             raise _lib.error_for(st, "fw_context_create failed")
         self._backend = "auto"
         self._stream = 0
+        self._workspace: Any = None
+        self._workspace_device: Optional[str] = None
+        self._check_device_values = False
         self.backend = backend
         self.threads = threads
         self.precision = precision
@@ -71,6 +75,7 @@ class Context:
         if ptr is not None and ptr.value:
             self._lib.fw_context_destroy(ptr)
             self._ptr = ctypes.c_void_p()
+            self._workspace = self._workspace_device = None
 
     def __del__(self) -> None:
         try:
@@ -123,8 +128,9 @@ class Context:
 
     @threads.setter
     def threads(self, n: int) -> None:
-        self._check(self._lib.fw_context_set_threads(self.handle, int(n)))
-        self._threads = int(n)
+        n = _lib.check_int(n, "threads", *_lib.INT32_RANGE)
+        self._check(self._lib.fw_context_set_threads(self.handle, n))
+        self._threads = n
 
     @property
     def precision(self) -> str:
@@ -204,12 +210,132 @@ class Context:
         """Message of the last failed call on this context ("" after a success)."""
         return self._lib.fw_context_last_error(self.handle).decode(errors="replace")
 
+    # -- serving: workspace for CUDA graphs, device-value checks --
+    @property
+    def workspace(self) -> Any:
+        """The tensor set by :meth:`set_workspace`, or None."""
+        return self._workspace
+
+    def set_workspace(self, workspace: Any) -> None:
+        """Device scratch that this context's ragged and KV-cache calls take instead of allocating
+        (split-KV partials), so that a call neither allocates nor synchronises and can be captured
+        in a CUDA graph. ``workspace``: a contiguous CUDA torch tensor of any dtype, at least
+        :meth:`workspace_size` bytes; the context keeps a reference while it is set. Calls on
+        another device than the workspace's are refused. None (or an empty tensor) unsets it: calls
+        then allocate their scratch per call, stream-ordered."""
+        _lib.require_serving(self._lib)
+        if workspace is None or _nbytes(workspace) == 0:
+            self._check(self._lib.fw_context_set_workspace(self.handle, None, 0))
+            self._workspace = self._workspace_device = None
+            return
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(workspace, torch.Tensor) or not workspace.is_cuda:
+            raise TypeError(f"workspace must be a CUDA torch tensor (device scratch) or None, got "
+                            f"{type(workspace).__name__}{' on ' + str(workspace.device) if hasattr(workspace, 'device') else ''}")
+        if not workspace.is_contiguous():
+            raise ValueError("workspace must be contiguous (the library takes it as one block of bytes)")
+        self._check(self._lib.fw_context_set_workspace(self.handle, ctypes.c_void_p(workspace.data_ptr()),
+                                                       _nbytes(workspace)))
+        self._workspace, self._workspace_device = workspace, str(workspace.device)
+
+    def _check_workspace_device(self, device: Any) -> None:
+        """Refuse a CUDA call on another device than the workspace's (its pointer would be foreign)."""
+        if self._workspace_device is not None:
+            name = str(device)
+            if name.startswith("cuda") and name != self._workspace_device:
+                raise ValueError(f"this context's workspace is on {self._workspace_device} but the call's "
+                                 f"tensors are on {name}; use one context per device")
+
+    def workspace_size(self, max_batch: int, heads: int, kv_heads: int, head_dim: int, max_seqlen_q: int,
+                       max_seqlen_k: int, *, dtype: Any, device: Any = "cuda") -> int:
+        """Bytes of workspace that ragged and KV-cache calls up to these sizes take at most with this
+        context's backend choice (``fw_attention_workspace_size``). ``max_seqlen_q``: new queries per
+        sequence (1 for decode); ``max_seqlen_k``: keys per sequence (the cache's capacity).
+        ``dtype``: a torch or NumPy dtype or "float32" / "float16" / "bfloat16"; ``device``: "cuda",
+        "cuda:N", "cpu" or a torch.device."""
+        _lib.require_serving(self._lib)
+        qry = _lib.FwWorkspaceQuery()
+        qry.device = _device_struct(device)
+        qry.dtype = _dtype_code(dtype)
+        for name, value in (("max_batch", max_batch), ("heads", heads), ("kv_heads", kv_heads),
+                            ("head_dim", head_dim), ("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            setattr(qry, name, _lib.check_int(value, name, *_lib.INT64_RANGE))
+        nbytes = ctypes.c_size_t()
+        self._check(self._lib.fw_attention_workspace_size(self.handle, ctypes.byref(qry), ctypes.byref(nbytes)))
+        return int(nbytes.value)
+
+    @property
+    def check_device_values(self) -> bool:
+        """Debugging: also copy offsets, cache lengths and block tables on a CUDA device to the host
+        and check them there (synchronises; not for graph capture). False by default."""
+        return self._check_device_values
+
+    @check_device_values.setter
+    def check_device_values(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise TypeError(f"check_device_values must be True or False, got {on!r}")
+        _lib.require_serving(self._lib)
+        self._check(self._lib.fw_context_set_check_device_values(self.handle, int(on)))
+        self._check_device_values = on
+
     # -- calls --
     def attention(self, q: Any, k: Any, v: Any, **kwargs: Any) -> Any:
         """:func:`flashwatt.attention` on this context."""
         from ._attention import attention
 
         return attention(q, k, v, context=self, **kwargs)
+
+    def attention_varlen(self, *args: Any, **kwargs: Any) -> Any:
+        """:func:`flashwatt.attention_varlen` on this context."""
+        from ._serving import attention_varlen
+
+        return attention_varlen(*args, context=self, **kwargs)
+
+    def attention_with_kvcache(self, *args: Any, **kwargs: Any) -> Any:
+        """:func:`flashwatt.attention_with_kvcache` on this context."""
+        from ._serving import attention_with_kvcache
+
+        return attention_with_kvcache(*args, context=self, **kwargs)
+
+
+def _nbytes(t: Any) -> int:
+    n = getattr(t, "nbytes", None)
+    return int(n) if n is not None else t.numel() * t.element_size()
+
+
+_DTYPE_NAMES = {"float32": _lib.F32, "f32": _lib.F32, "float16": _lib.F16, "f16": _lib.F16, "half": _lib.F16,
+                "bfloat16": _lib.BF16, "bf16": _lib.BF16}
+
+
+def _dtype_code(dtype: Any) -> int:
+    """fw_dtype of a torch dtype, a NumPy dtype or a name ("torch.float16" and "float16" alike)."""
+    name = str(dtype).replace("torch.", "")
+    if not isinstance(dtype, str):
+        np = sys.modules.get("numpy")
+        if np is not None and not hasattr(dtype, "is_floating_point"):  # not a torch dtype
+            try:
+                name = np.dtype(dtype).name
+            except TypeError:
+                pass
+    if name not in _DTYPE_NAMES:
+        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    return _DTYPE_NAMES[name]
+
+
+def _device_struct(device: Any) -> "_lib.FwDevice":
+    """fw_device of "cpu", "cuda", "cuda:N" or a torch.device ("cuda" = torch's current device)."""
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind == "cpu" and not index:
+        return _lib.FwDevice(_lib.DEVICE_CPU, 0)
+    if kind == "cuda":
+        if not index:
+            torch = sys.modules.get("torch")
+            return _lib.FwDevice(_lib.DEVICE_CUDA, torch.cuda.current_device() if torch is not None
+                                 and torch.cuda.is_available() else 0)
+        if index.isdigit():
+            return _lib.FwDevice(_lib.DEVICE_CUDA, _lib.check_int(int(index), "device index", *_lib.INT32_RANGE))
+    raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
 
 
 _tls = threading.local()

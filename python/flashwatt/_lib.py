@@ -109,6 +109,44 @@ class FwPolicy(ctypes.Structure):
     ]
 
 
+class FwVarlen(ctypes.Structure):
+    """fw_varlen: sequence b owns rows cu_seqlens[b] .. cu_seqlens[b+1] - 1 of a packed tensor."""
+
+    _fields_ = [
+        ("batch", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.POINTER(ctypes.c_int32)),
+        ("cu_seqlens_k", ctypes.POINTER(ctypes.c_int32)),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+    ]
+
+
+class FwKvCache(ctypes.Structure):
+    """fw_kv_cache: k, v contiguous (B, H_kv, capacity, D) or paged (num_pages, H_kv, page_size, D)."""
+
+    _fields_ = [
+        ("k", FwTensor),
+        ("v", FwTensor),
+        ("seqlens", ctypes.POINTER(ctypes.c_int32)),
+        ("block_table", ctypes.POINTER(ctypes.c_int32)),
+        ("max_pages_per_seq", ctypes.c_int64),
+        ("block_table_stride", ctypes.c_int64),
+    ]
+
+
+class FwWorkspaceQuery(ctypes.Structure):
+    _fields_ = [
+        ("device", FwDevice),
+        ("dtype", ctypes.c_int),
+        ("max_batch", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+    ]
+
+
 class FwBackendInfo(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -129,6 +167,44 @@ assert ctypes.sizeof(FwAttnParams) == 24 and FwAttnParams.window_left.offset == 
 def pack_tensor(data: int, dtype: int, kind: int, index: int, size, stride) -> bytes:
     """The bytes of one fw_tensor (see FwTensor): sizes and strides in elements."""
     return _TENSOR_PACK.pack(data, dtype, kind, index, *size, *stride)
+
+
+_VARLEN_PACK = struct.Struct("=qQQqq")  # batch, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
+_KV_CACHE_TAIL = struct.Struct("=QQqq")  # seqlens, block_table, max_pages_per_seq, block_table_stride
+assert _VARLEN_PACK.size == ctypes.sizeof(FwVarlen) and FwVarlen.max_seqlen_k.offset == 32
+assert 2 * _TENSOR_PACK.size + _KV_CACHE_TAIL.size == ctypes.sizeof(FwKvCache)
+assert FwKvCache.seqlens.offset == 2 * _TENSOR_PACK.size
+
+
+def pack_varlen(batch: int, cu_seqlens_q: int, cu_seqlens_k: int, max_seqlen_q: int, max_seqlen_k: int) -> bytes:
+    """The bytes of one fw_varlen (see FwVarlen); pointers as ints, 0 for NULL."""
+    return _VARLEN_PACK.pack(batch, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+
+def pack_kv_cache(k: bytes, v: bytes, seqlens: int, block_table: int, max_pages_per_seq: int,
+                  block_table_stride: int) -> bytes:
+    """The bytes of one fw_kv_cache (see FwKvCache) from the packed descriptors of k and v."""
+    return k + v + _KV_CACHE_TAIL.pack(seqlens, block_table, max_pages_per_seq, block_table_stride)
+
+
+INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
+INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+def check_int(value, name: str, lo: int, hi: int, what: str = "") -> int:
+    """value as a Python int within [lo, hi]: a TypeError for a non-integer (bool included) and a
+    ValueError naming the argument for one out of range, where ctypes would silently wrap it."""
+    import operator
+
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+    if not lo <= n <= hi:
+        raise ValueError(f"{name} = {n} is out of range: it must be in [{lo}, {hi}]{what}")
+    return n
 
 
 # ---- finding and loading the library -------------------------------------------------------
@@ -208,6 +284,16 @@ def _prototype(lib: ctypes.CDLL) -> None:
     lib.fw_forward_packed, lib.fw_backward_packed = fwd, bwd
     proto("fw_cpu_simd_level", c.c_char_p)
     proto("fw_cuda_device_count", c.c_int)
+    if hasattr(lib, "fw_attention_varlen_forward"):  # serving API: optional, so older libraries still load
+        proto("fw_attention_varlen_forward", c.c_int, vp, P(FwTensor), P(FwTensor), P(FwTensor), P(FwTensor),
+              vp, P(FwVarlen), P(FwAttnParams))
+        proto("fw_attention_kvcache_forward", c.c_int, vp, P(FwTensor), P(FwKvCache), P(FwTensor), P(FwTensor),
+              P(FwTensor), vp, P(FwVarlen), P(FwAttnParams))
+        proto("fw_context_set_workspace", c.c_int, vp, vp, c.c_size_t)
+        proto("fw_attention_workspace_size", c.c_int, vp, P(FwWorkspaceQuery), P(c.c_size_t))
+        proto("fw_context_set_check_device_values", c.c_int, vp, c.c_int)
+        lib.fw_varlen_packed = c.CFUNCTYPE(c.c_int, *([vp] * 8))(("fw_attention_varlen_forward", lib))
+        lib.fw_kvcache_packed = c.CFUNCTYPE(c.c_int, *([vp] * 9))(("fw_attention_kvcache_forward", lib))
 
 
 def load() -> ctypes.CDLL:
@@ -252,6 +338,14 @@ def library_path() -> str:
 def has_symbol(name: str) -> bool:
     """Whether the loaded library exports ``name`` (used for optional APIs such as telemetry)."""
     return hasattr(load(), name)
+
+
+def require_serving(lib: ctypes.CDLL) -> None:
+    """Raise FlashwattNotImplementedError where the loaded library predates the serving calls."""
+    if not hasattr(lib, "fw_varlen_packed"):
+        raise FlashwattNotImplementedError(
+            Status.ERR_NOT_IMPLEMENTED, f"the loaded libflashwatt ({_lib_path}) has no serving API "
+            "(fw_attention_varlen_forward, fw_attention_kvcache_forward); rebuild it from this checkout")
 
 
 def status_string(status: int) -> str:

@@ -37,6 +37,31 @@ def test_packed_descriptors_equal_the_ctypes_structs():
     assert _lib.pack_tensor(0x1000, _lib.F32, _lib.DEVICE_CPU, 0, (2, 3, 5, 7), (105, 35, 7, 1)) == bytes(ref)
 
 
+def test_packed_serving_structs_equal_the_ctypes_structs():
+    """fw_varlen and fw_kv_cache are packed with struct on the hot path, like fw_tensor."""
+    P32 = ctypes.POINTER(ctypes.c_int32)
+    sv = _lib.FwVarlen(3, ctypes.cast(0x2000, P32), ctypes.cast(0x3000, P32), 17, 1 << 40)
+    assert _lib.pack_varlen(3, 0x2000, 0x3000, 17, 1 << 40) == bytes(sv)
+    kd = _lib.pack_tensor(0x4000, _lib.BF16, _lib.DEVICE_CUDA, 1, (9, 2, 16, 64), (2048, 64, 128, 1))
+    vd = _lib.pack_tensor(0x8000, _lib.BF16, _lib.DEVICE_CUDA, 1, (9, 2, 16, 64), (2048, 64, 128, 1))
+    kc = _lib.FwKvCache(_lib.FwTensor.from_buffer_copy(kd), _lib.FwTensor.from_buffer_copy(vd),
+                        ctypes.cast(0x5000, P32), ctypes.cast(0x6000, P32), 7, 11)
+    assert _lib.pack_kv_cache(kd, vd, 0x5000, 0x6000, 7, 11) == bytes(kc)
+    assert _lib.pack_kv_cache(kd, vd, 0x5000, 0, 0, 0) == bytes(_lib.FwKvCache(
+        _lib.FwTensor.from_buffer_copy(kd), _lib.FwTensor.from_buffer_copy(vd), ctypes.cast(0x5000, P32), None, 0, 0))
+
+
+def test_ints_ctypes_would_wrap_are_refused():
+    with pytest.raises(ValueError, match="threads"):
+        fw.Context(threads=(1 << 32) + 1)
+    with pytest.raises(ValueError, match=r"window\[0\]"):
+        fw.attention(*(np.ones((1, 1, 2, 4), np.float32),) * 3, window=(1 << 64, 0))
+    with pytest.raises(TypeError, match="threads"):
+        fw.Context(threads=2.5)
+    with pytest.raises(ValueError, match="rounds to 0 in float32"):
+        fw.attention(*(np.ones((1, 1, 2, 4), np.float32),) * 3, scale=1e-50)
+
+
 def _header_fields(text, struct):
     m = re.search(r"typedef struct %s \{(.*?)\} %s;" % (struct, struct), text, re.S)
     if not m:
@@ -54,6 +79,7 @@ def _header_fields(text, struct):
 @pytest.mark.parametrize("struct,cls", [
     ("fw_device", _lib.FwDevice), ("fw_tensor", _lib.FwTensor), ("fw_attn_params", _lib.FwAttnParams),
     ("fw_policy", _lib.FwPolicy), ("fw_backend_info", _lib.FwBackendInfo),
+    ("fw_varlen", _lib.FwVarlen), ("fw_kv_cache", _lib.FwKvCache), ("fw_workspace_query", _lib.FwWorkspaceQuery),
     ("fw_gpu_reading", _telemetry.FwGpuReading), ("fw_cpu_reading", _telemetry.FwCpuReading),
     ("fw_energy_window", _telemetry.FwEnergyWindow),
 ])
