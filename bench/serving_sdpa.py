@@ -235,8 +235,8 @@ SDPA = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION
 
 
 def sdpa_call(backend, q, k, v):
-    """SDPA on one backend with GQA by enable_gqa; (callable, how) or (None, why)."""
-    H, Hkv = q.shape[1], k.shape[1]
+    """SDPA on one backend with GQA by enable_gqa; (callable, how) or (None, why). q (B, Lq, H, D), k, v (B, L, Hkv, D)."""
+    H, Hkv = q.shape[2], k.shape[2]
     qt = q.transpose(1, 2)
 
     def make(kk, vv, gqa):
@@ -260,11 +260,11 @@ def sdpa_call(backend, q, k, v):
     return None, why, None
 
 
-def paged_copy(kc, vc, ps):
-    """The dense cache (B, L, Hkv, D) as a pool of pages of ps rows in a shuffled order, and its table."""
+def paged_copy(kc, vc, ps, ordered=False):
+    """The dense cache (B, L, Hkv, D) as a pool of pages of ps rows in a shuffled order (or in order), and its table."""
     B, L, Hkv, D = kc.shape
     n = B * L // ps
-    perm = torch.randperm(n, device=kc.device)
+    perm = torch.arange(n, device=kc.device) if ordered else torch.randperm(n, device=kc.device)
     kp, vp = torch.empty((n, ps, Hkv, D), dtype=kc.dtype, device=kc.device), torch.empty((n, ps, Hkv, D), dtype=kc.dtype, device=kc.device)
     kp[perm] = kc.reshape(n, ps, Hkv, D)
     vp[perm] = vc.reshape(n, ps, Hkv, D)
@@ -273,7 +273,10 @@ def paged_copy(kc, vc, ps):
 
 def decode_rows(args, copy_gbs, configs):
     rows = []
-    for B, H, Hkv, L in DECODE[:2] if args.quick else DECODE:
+    shapes = DECODE[:2] if args.quick else DECODE
+    if args.shapes:
+        shapes = [DECODE[int(i)] for i in args.shapes.split(",")]
+    for B, H, Hkv, L in shapes:
         D = 128
         torch.manual_seed(B * 7 + L)
         q = torch.randn(B, 1, H, D, dtype=torch.bfloat16, device="cuda")
@@ -288,12 +291,13 @@ def decode_rows(args, copy_gbs, configs):
         todo.append(("fw cache", fw_cache(ctx, q, kc, vc, seqlens, o_cache)))
         outs["fw dense"], outs["fw cache"] = o_dense, o_cache
         keep = []
-        for ps in (16, 1):
-            kp, vp, table = paged_copy(kc, vc, ps)
+        for ps, ordered in [(16, False), (1, False)] + ([(16, True), (1, True)] if args.ordered else []):
+            kp, vp, table = paged_copy(kc, vc, ps, ordered)
             o = torch.empty_like(q)
             keep += [kp, vp, table]
-            todo.append((f"fw paged{ps}", fw_cache(Ctx(workspace_for=(B, H, Hkv, D, 1, L)), q, kp, vp, seqlens, o, table)))
-            outs[f"fw paged{ps}"] = o
+            name = f"fw paged{ps}" + (" in order" if ordered else "")
+            todo.append((name, fw_cache(Ctx(workspace_for=(B, H, Hkv, D, 1, L)), q, kp, vp, seqlens, o, table)))
+            outs[name] = o
         for name, cfg in configs:
             o = torch.empty_like(q)
             todo.append((f"fw cache {name}", fw_cache(Ctx(cfg, workspace_for=(B, H, Hkv, D, 1, L)), q, kc, vc, seqlens, o)))
@@ -391,6 +395,9 @@ def main():
     ap.add_argument("--graph", action="store_true", help="time windows captured as CUDA graphs")
     ap.add_argument("--configs", action="store_true", help="also every cuda-flash serving configuration (KV-cache call)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--shapes", default="", help="decode shapes by index into the table (e.g. 0,2)")
+    ap.add_argument("--ordered", action="store_true", help="also paged caches whose pages are in order")
+    ap.add_argument("--no-prefill", action="store_true", help="skip the ragged prefill rows")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, cudnn "
@@ -404,7 +411,8 @@ def main():
                 configs.append((t + occ, t + occ))
         configs += [("nosplit", "srv-m16-bn64-s3-nosplit"), ("split16", "srv-m16-bn64-s3-split16")]
     rows = decode_rows(args, copy_gbs, configs)
-    rows += prefill_rows(args)
+    if not args.no_prefill:
+        rows += prefill_rows(args)
     print("\n## summary: decode, microseconds (percentage of the copy bandwidth), fw cache / best SDPA")
     print(f"  {'shape':<24} {'fw dense':>14} {'fw cache':>14} {'fw paged16':>14} {'fw paged1':>14} {'best SDPA':>20} {'ratio':>6}")
     for shape in dict.fromkeys(r["shape"] for r in rows if r["shape"] != "ragged prefill"):
