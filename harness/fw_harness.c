@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "core/dtype.h"
-#include "core/validate.h"
+#include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "flashwatt.h"
-#include "core/problem.h"
+#include "flashwatt_internal.h"
 
 typedef struct fw_case {
     int64_t batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim;

@@ -41,10 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fw_harness.h"
-#include "backends/backend.h"
-#include "core/dtype.h"
-#include "core/validate.h"
-#include "backends/cuda/bwd_materialize.h"
+#include "flashwatt_internal.h"
 #include "flashwatt.h"
 
 #ifndef FW_HAVE_CUDA

@@ -13,12 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "flashwatt.h"
-#include "backends/backend.h"
-#include "core/validate.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
-#include "backends/cuda/cuda_common.h" /* fw_cuda_ws_cache_release */
 #endif
 
 #ifndef FW_HAVE_CUDA

@@ -18,7 +18,7 @@
 #include <string.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "backends/backend.h"
+#include "flashwatt_internal.h"
 #include "flashwatt.h"
 
 #ifdef FW_HAVE_CUDA

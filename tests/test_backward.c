@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "flashwatt.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 #include "fw_check.h"
 #include "fw_harness.h"
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "backends/backend.h"
+#include "flashwatt_internal.h"
 
 static fw_context *ctx;
 static uint64_t next_seed = 9100;

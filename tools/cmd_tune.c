@@ -17,9 +17,7 @@
 #include "energy.h"
 #include "fw_harness.h"
 #include "suites.h"
-#include "backends/backend.h"
-#include "sched/sched.h"
-#include "sched/tuning_table.h"
+#include "flashwatt_internal.h"
 
 #define MAX_SHAPES 256
 #define MAX_ITEMS 512
@@ -180,8 +178,10 @@ int fw_cmd_tune(int argc, char **argv)
     for (int i = 0; i < nshapes; i++) shapes[i].threads = cli.threads.n ? (int)cli.threads.v[0] : 0;
 
     char path[1024];
+    fw_knobs knobs; /* the path a context created now would read */
+    fw_knobs_read(&knobs);
     if (cli.out) snprintf(path, sizeof path, "%s", cli.out);
-    else if (fw_sched_table_path(path, sizeof path) != 0) {
+    else if (fw_sched_table_path(&knobs, path, sizeof path) != 0) {
         fprintf(stderr, "flashwatt tune: no table path: %s; pass --out FILE\n", path);
         return 2;
     }

@@ -1,4 +1,5 @@
-/* Device discovery that core and the tools share. */
+/* Device discovery of the public API (fw_cuda_device_count), answered by the CUDA backend where it is
+ * compiled in; sched and the tools ask through it too. */
 #include "flashwatt.h"
 
 #ifdef FW_HAVE_CUDA
