@@ -1,19 +1,15 @@
+/* The harness: cases, the random generator, inputs in any layout on any device, poison, the
+ * forward reference and the comparison against the numerics contract (fw_harness.h). */
 #include "fw_harness.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include "flashwatt_internal.h"
+#include "fw_harness_impl.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
-
-/* Poison patterns: NaNs with payloads no arithmetic produces. */
-#define POISON_F32 0x7fbadbadu
-#define POISON_16 0x7dadu  /* an f16 NaN; as bf16 also a NaN (exponent all ones) */
-#define POISON_BF16 0x7fadu
 
 fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_k,
                       int64_t head_dim, fw_dtype dtype, uint64_t seed)
@@ -30,9 +26,11 @@ fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t se
 const char *fw_case_label(const fw_case *c, char *buf, size_t len)
 {
     const fw_attn_params *p = &c->params;
-    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld%s seed%llu",
+    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s%s%s %s pad%d%s wl%lld wr%lld%s seed%llu",
              (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
              (long long)c->seqlen_k, (long long)c->head_dim, fw_dtype_name(c->dtype),
+             c->precision != FW_PRECISION_EXACT ? "/" : "",
+             c->precision != FW_PRECISION_EXACT ? fw_precision_name(c->precision) : "",
              c->layout_bshd ? "bshd" : "bhsd", c->pad, p->causal ? " causal" : "",
              (long long)p->window_left, (long long)p->window_right, c->want_lse ? " lse" : "",
              (unsigned long long)c->seed);
@@ -53,15 +51,8 @@ fw_case fw_case_default(void)
     return c;
 }
 
-double fw_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- random numbers: splitmix64 + Box-Muller, reproducible from the seed -------------------- */
-static uint64_t splitmix(uint64_t *s)
+uint64_t fw_rng_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -69,12 +60,32 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double uniform01(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+double fw_rng_uniform(uint64_t *s) { return ((double)(fw_rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
-static float randn(uint64_t *s)
+float fw_rng_normal(uint64_t *s)
 {
-    double u1 = uniform01(s), u2 = uniform01(s);
+    double u1 = fw_rng_uniform(s), u2 = fw_rng_uniform(s);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+uint64_t fw_rng_below(uint64_t *s, uint64_t n) { return fw_rng_next(s) % n; }
+
+/* ---- the numerics contract (fw_harness.h) --------------------------------------------------- */
+double fw_contract_output_tol(fw_dtype dtype, fw_precision precision, double max_abs_v, double lowp_err)
+{
+    if (dtype != FW_F32) return 2.0 * lowp_err + 1e-5;
+    const double v = max_abs_v > 0 ? max_abs_v : 1.0;
+    switch (precision) {
+    case FW_PRECISION_TF32: return 5e-3 * v;
+    case FW_PRECISION_BF16: return 8e-3 * v;
+    default: return 1e-5 * v; /* exact and 3xtf32 */
+    }
+}
+
+double fw_contract_lse_tol(fw_dtype dtype, fw_precision precision)
+{
+    if (dtype != FW_F32) return 2e-2;
+    return precision == FW_PRECISION_TF32 || precision == FW_PRECISION_BF16 ? 5e-2 : 1e-4;
 }
 
 /* ---- layout ------------------------------------------------------------------------------- */
@@ -95,36 +106,36 @@ static fw_tensor describe(void *data, const fw_case *c, int64_t heads, int64_t s
     return t;
 }
 
-static int64_t offset_of(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
+int64_t fwh_offset(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
 {
     return b * t->stride[0] + h * t->stride[1] + s * t->stride[2] + d;
 }
 
-static void fill_random(void *buf, fw_dtype t, size_t n, uint64_t *seed)
+void fwh_fill_random(void *buf, fw_dtype t, size_t n, uint64_t *state)
 {
-    for (size_t i = 0; i < n; i++) fw_store_f32(buf, t, (int64_t)i, randn(seed));
+    for (size_t i = 0; i < n; i++) fw_store_f32(buf, t, (int64_t)i, fw_rng_normal(state));
 }
 
-static void poison_host(void *buf, fw_dtype t, size_t n)
+void fwh_poison_host(void *buf, fw_dtype t, size_t n)
 {
     if (t == FW_F32) {
         uint32_t *p = (uint32_t *)buf;
-        for (size_t i = 0; i < n; i++) p[i] = POISON_F32;
+        for (size_t i = 0; i < n; i++) p[i] = FWH_POISON_F32;
     } else {
         uint16_t *p = (uint16_t *)buf;
-        const uint16_t v = t == FW_F16 ? POISON_16 : POISON_BF16;
+        const uint16_t v = t == FW_F16 ? FWH_POISON_16 : FWH_POISON_BF16;
         for (size_t i = 0; i < n; i++) p[i] = v;
     }
 }
 
-static int is_poison(const void *buf, fw_dtype t, int64_t i)
+int fwh_is_poison(const void *buf, fw_dtype t, int64_t i)
 {
-    if (t == FW_F32) return ((const uint32_t *)buf)[i] == POISON_F32;
-    return ((const uint16_t *)buf)[i] == (t == FW_F16 ? POISON_16 : POISON_BF16);
+    if (t == FW_F32) return ((const uint32_t *)buf)[i] == FWH_POISON_F32;
+    return ((const uint16_t *)buf)[i] == (t == FW_F16 ? FWH_POISON_16 : FWH_POISON_BF16);
 }
 
 /* ---- device memory ------------------------------------------------------------------------ */
-static int on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; }
+int fwh_on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; }
 
 #ifdef FW_HAVE_CUDA
 #define CUDA_OR_FAIL(call)                                                                         \
@@ -137,9 +148,9 @@ static int on_gpu(const fw_run *r) { return r->c.device.kind == FW_DEVICE_CUDA; 
     } while (0)
 #endif
 
-static fw_status dev_alloc(const fw_run *r, void **p, size_t bytes)
+fw_status fwh_dev_alloc(const fw_run *r, void **p, size_t bytes)
 {
-    if (!on_gpu(r)) {
+    if (!fwh_on_gpu(r)) {
         *p = malloc(bytes);
         return *p ? FW_OK : FW_ERR_OUT_OF_MEMORY;
     }
@@ -153,21 +164,19 @@ static fw_status dev_alloc(const fw_run *r, void **p, size_t bytes)
 #endif
 }
 
-static void dev_free(const fw_run *r, void *p)
+void fwh_dev_free(const fw_run *r, void *p)
 {
     if (!p) return;
-    if (!on_gpu(r)) { free(p); return; }
+    if (!fwh_on_gpu(r)) { free(p); return; }
 #ifdef FW_HAVE_CUDA
     cudaFree(p);
 #endif
 }
 
-/* Copy host->device (dir=1) or device->host (dir=0); plain memcpy when the run is on the cpu
- * and the buffers differ. */
-static fw_status copy(const fw_run *r, void *dst, const void *src, size_t bytes, int to_device)
+fw_status fwh_copy(const fw_run *r, void *dst, const void *src, size_t bytes, int to_device)
 {
     if (dst == src) return FW_OK;
-    if (!on_gpu(r)) { memcpy(dst, src, bytes); return FW_OK; }
+    if (!fwh_on_gpu(r)) { memcpy(dst, src, bytes); return FW_OK; }
 #ifdef FW_HAVE_CUDA
     CUDA_OR_FAIL(cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
     return FW_OK;
@@ -177,9 +186,9 @@ static fw_status copy(const fw_run *r, void *dst, const void *src, size_t bytes,
 #endif
 }
 
-static fw_status sync_device(const fw_run *r)
+fw_status fwh_sync(const fw_run *r)
 {
-    if (!on_gpu(r)) return FW_OK;
+    if (!fwh_on_gpu(r)) return FW_OK;
 #ifdef FW_HAVE_CUDA
     CUDA_OR_FAIL(cudaDeviceSynchronize());
     CUDA_OR_FAIL(cudaGetLastError());
@@ -212,19 +221,19 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
         return FW_ERR_OUT_OF_MEMORY;
     }
     uint64_t seed = c->seed * 0x2545f4914f6cdd1dull + 17;
-    fill_random(r->host_q, c->dtype, r->q_elems, &seed);
-    fill_random(r->host_k, c->dtype, r->kv_elems, &seed);
-    fill_random(r->host_v, c->dtype, r->kv_elems, &seed);
+    fwh_fill_random(r->host_q, c->dtype, r->q_elems, &seed);
+    fwh_fill_random(r->host_k, c->dtype, r->kv_elems, &seed);
+    fwh_fill_random(r->host_v, c->dtype, r->kv_elems, &seed);
 
     void *dq, *dk, *dv, *dout, *dlse = NULL;
     fw_status st;
-    if (!on_gpu(r)) {
+    if (!fwh_on_gpu(r)) {
         dq = r->host_q; dk = r->host_k; dv = r->host_v; dout = r->host_o;
         if (c->want_lse) dlse = r->host_lse;
     } else {
-        if ((st = dev_alloc(r, &dq, r->q_elems * es)) || (st = dev_alloc(r, &dk, r->kv_elems * es)) ||
-            (st = dev_alloc(r, &dv, r->kv_elems * es)) || (st = dev_alloc(r, &dout, r->o_elems * es)) ||
-            (c->want_lse && (st = dev_alloc(r, &dlse, lse_n * sizeof(float))))) {
+        if ((st = fwh_dev_alloc(r, &dq, r->q_elems * es)) || (st = fwh_dev_alloc(r, &dk, r->kv_elems * es)) ||
+            (st = fwh_dev_alloc(r, &dv, r->kv_elems * es)) || (st = fwh_dev_alloc(r, &dout, r->o_elems * es)) ||
+            (c->want_lse && (st = fwh_dev_alloc(r, &dlse, lse_n * sizeof(float))))) {
             snprintf(msg, len, "device allocation failed (%s)", fw_status_string(st));
             r->q.data = NULL;
             fw_run_free(r);
@@ -237,8 +246,8 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
     r->o = describe(dout, c, c->heads, c->seqlen_q, &r->o_elems);
     r->lse = (float *)dlse;
     (void)tq; (void)tk;
-    if ((st = copy(r, dq, r->host_q, r->q_elems * es, 1)) || (st = copy(r, dk, r->host_k, r->kv_elems * es, 1)) ||
-        (st = copy(r, dv, r->host_v, r->kv_elems * es, 1))) {
+    if ((st = fwh_copy(r, dq, r->host_q, r->q_elems * es, 1)) || (st = fwh_copy(r, dk, r->host_k, r->kv_elems * es, 1)) ||
+        (st = fwh_copy(r, dv, r->host_v, r->kv_elems * es, 1))) {
         snprintf(msg, len, "copy of the inputs to the device failed");
         fw_run_free(r);
         return st;
@@ -250,9 +259,9 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
 
 void fw_run_free(fw_run *r)
 {
-    if (on_gpu(r)) {
-        dev_free(r, r->q.data); dev_free(r, r->k.data); dev_free(r, r->v.data);
-        dev_free(r, r->o.data); dev_free(r, r->lse);
+    if (fwh_on_gpu(r)) {
+        fwh_dev_free(r, r->q.data); fwh_dev_free(r, r->k.data); fwh_dev_free(r, r->v.data);
+        fwh_dev_free(r, r->o.data); fwh_dev_free(r, r->lse);
     }
     free(r->host_q); free(r->host_k); free(r->host_v); free(r->host_o); free(r->host_lse);
     free(r->ref_o); free(r->ref_lse); free(r->lowp_o);
@@ -263,11 +272,11 @@ fw_status fw_run_set_input(fw_run *r, char which, int64_t b, int64_t h, int64_t 
 {
     fw_tensor *t = which == 'q' ? &r->q : which == 'k' ? &r->k : &r->v;
     void *host = which == 'q' ? r->host_q : which == 'k' ? r->host_k : r->host_v;
-    const int64_t off = offset_of(t, b, h, s, d);
+    const int64_t off = fwh_offset(t, b, h, s, d);
     const size_t es = fw_dtype_size(r->c.dtype);
     fw_store_f32(host, r->c.dtype, off, x);
     r->have_ref = 0;
-    return copy(r, (char *)t->data + off * (int64_t)es, (char *)host + off * (int64_t)es, es, 1);
+    return fwh_copy(r, (char *)t->data + off * (int64_t)es, (char *)host + off * (int64_t)es, es, 1);
 }
 
 fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor)
@@ -278,8 +287,8 @@ fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor)
     for (size_t i = 0; i < r->kv_elems; i++)
         fw_store_f32(r->host_k, r->c.dtype, (int64_t)i, k_factor * fw_load_f32(r->host_k, r->c.dtype, (int64_t)i));
     r->have_ref = 0;
-    fw_status st = copy(r, r->q.data, r->host_q, r->q_elems * es, 1);
-    if (st == FW_OK) st = copy(r, r->k.data, r->host_k, r->kv_elems * es, 1);
+    fw_status st = fwh_copy(r, r->q.data, r->host_q, r->q_elems * es, 1);
+    if (st == FW_OK) st = fwh_copy(r, r->k.data, r->host_k, r->kv_elems * es, 1);
     return st;
 }
 
@@ -287,10 +296,10 @@ fw_status fw_run_poison(fw_run *r)
 {
     const size_t es = fw_dtype_size(r->c.dtype);
     const size_t lse_n = (size_t)(r->c.batch * r->c.heads * r->c.seqlen_q);
-    poison_host(r->host_o, r->c.dtype, r->o_elems);
-    poison_host(r->host_lse, FW_F32, lse_n);
-    fw_status st = copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
-    if (st == FW_OK && r->lse) st = copy(r, r->lse, r->host_lse, lse_n * sizeof(float), 1);
+    fwh_poison_host(r->host_o, r->c.dtype, r->o_elems);
+    fwh_poison_host(r->host_lse, FW_F32, lse_n);
+    fw_status st = fwh_copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
+    if (st == FW_OK && r->lse) st = fwh_copy(r, r->lse, r->host_lse, lse_n * sizeof(float), 1);
     return st;
 }
 
@@ -298,13 +307,14 @@ fw_status fw_run_forward(fw_run *r, fw_context *ctx)
 {
     fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
     if (st != FW_OK) return st;
-    return sync_device(r);
+    return fwh_sync(r);
 }
+
+fw_status fw_run_sync(fw_run *r) { return fwh_sync(r); }
 
 /* ---- reference ----------------------------------------------------------------------------- */
 
-/* Contiguous f32 (B, H, S, D) copy of a host image (exact: every f16/bf16 value is an f32). */
-static float *to_f32_bhsd(const fw_run *r, const void *host, const fw_tensor *t)
+float *fwh_to_f32_bhsd(fw_dtype dt, const void *host, const fw_tensor *t)
 {
     const int64_t B = t->size[0], H = t->size[1], S = t->size[2], D = t->size[3];
     float *out = (float *)malloc((size_t)(B * H * S * D) * sizeof(float));
@@ -313,11 +323,11 @@ static float *to_f32_bhsd(const fw_run *r, const void *host, const fw_tensor *t)
         for (int64_t h = 0; h < H; h++)
             for (int64_t s = 0; s < S; s++)
                 for (int64_t d = 0; d < D; d++)
-                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, r->c.dtype, offset_of(t, b, h, s, d));
+                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, dt, fwh_offset(t, b, h, s, d));
     return out;
 }
 
-static float round_to(fw_dtype t, float x)
+float fwh_round_to(fw_dtype t, float x)
 {
     if (t == FW_F16) return fw_f16_to_f32(fw_f32_to_f16(x));
     if (t == FW_BF16) return fw_bf16_to_f32(fw_f32_to_bf16(x));
@@ -332,7 +342,7 @@ static void lowp_reference(const fw_run *r, const float *q, const float *k, cons
     const fw_problem *p = &r->problem;
     const int64_t D = p->head_dim, Lq = p->seqlen_q, Lk = p->seqlen_k;
     const fw_dtype t = r->c.dtype;
-    const float scale = round_to(t, p->scale);
+    const float scale = fwh_round_to(t, p->scale);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < p->batch * p->heads; bh++) {
         const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
@@ -352,17 +362,17 @@ static void lowp_reference(const fw_run *r, const float *q, const float *k, cons
             for (int64_t j = lo; j < hi; j++) {
                 float dot = 0;
                 for (int64_t d = 0; d < D; d++) dot += qi[d] * kb[j * D + d];
-                s[j] = round_to(t, round_to(t, dot) * scale);
+                s[j] = fwh_round_to(t, fwh_round_to(t, dot) * scale);
                 if (s[j] > m) m = s[j];
             }
             float l = 0;
             for (int64_t j = lo; j < hi; j++) { s[j] = expf(s[j] - m); l += s[j]; }
             for (int64_t d = 0; d < D; d++) oi[d] = 0;
             for (int64_t j = lo; j < hi; j++) {
-                const float w = round_to(t, s[j] / l);
+                const float w = fwh_round_to(t, s[j] / l);
                 for (int64_t d = 0; d < D; d++) oi[d] += w * vb[j * D + d];
             }
-            for (int64_t d = 0; d < D; d++) oi[d] = round_to(t, oi[d]);
+            for (int64_t d = 0; d < D; d++) oi[d] = fwh_round_to(t, oi[d]);
         }
         free(s);
     }
@@ -372,9 +382,9 @@ static fw_status compute_reference(fw_run *r)
 {
     const fw_case *c = &r->c;
     fw_status st = FW_ERR_OUT_OF_MEMORY;
-    float *q = to_f32_bhsd(r, r->host_q, &r->q);
-    float *k = to_f32_bhsd(r, r->host_k, &r->k);
-    float *v = to_f32_bhsd(r, r->host_v, &r->v);
+    float *q = fwh_to_f32_bhsd(c->dtype, r->host_q, &r->q);
+    float *k = fwh_to_f32_bhsd(c->dtype, r->host_k, &r->k);
+    float *v = fwh_to_f32_bhsd(c->dtype, r->host_v, &r->v);
     const size_t on = (size_t)(c->batch * c->heads * c->seqlen_q * c->head_dim);
     const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
     free(r->ref_o); free(r->ref_lse); free(r->lowp_o);
@@ -405,7 +415,7 @@ static fw_status compute_reference(fw_run *r)
 
 float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d)
 {
-    return fw_load_f32(r->host_o, r->c.dtype, offset_of(&r->o, b, h, s, d));
+    return fw_load_f32(r->host_o, r->c.dtype, fwh_offset(&r->o, b, h, s, d));
 }
 
 fw_status fw_run_compare(fw_run *r, fw_errors *e)
@@ -416,12 +426,12 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
     fw_status st;
     memset(e, 0, sizeof *e);
     if (!r->have_ref && (st = compute_reference(r)) != FW_OK) return st;
-    if ((st = copy(r, r->host_o, r->o.data, r->o_elems * es, 0))) return st;
-    if (r->lse && (st = copy(r, r->host_lse, r->lse, ln * sizeof(float), 0))) return st;
+    if ((st = fwh_copy(r, r->host_o, r->o.data, r->o_elems * es, 0))) return st;
+    if (r->lse && (st = fwh_copy(r, r->host_lse, r->lse, ln * sizeof(float), 0))) return st;
 
     for (size_t i = 0; i < r->kv_elems; i++) {
         const double a = fabs((double)fw_load_f32(r->host_v, c->dtype, (int64_t)i));
-        if (a > e->max_abs_v) e->max_abs_v = a;
+        if (isfinite(a) && a > e->max_abs_v) e->max_abs_v = a; /* a planted inf must not make the tolerance inf */
     }
     double num = 0, den = 0;
     /* every element of the padded buffer: inside the view must be written, outside must not */
@@ -429,11 +439,11 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
     for (int64_t b = 0; b < c->batch; b++)
         for (int64_t h = 0; h < c->heads; h++)
             for (int64_t s = 0; s < c->seqlen_q; s++) {
-                const int64_t base = offset_of(&r->o, b, h, s, 0);
+                const int64_t base = fwh_offset(&r->o, b, h, s, 0);
                 for (int64_t d = D; d < row; d++)
-                    if (!is_poison(r->host_o, c->dtype, base + d)) e->stray++;
+                    if (!fwh_is_poison(r->host_o, c->dtype, base + d)) e->stray++;
                 for (int64_t d = 0; d < D; d++) {
-                    if (is_poison(r->host_o, c->dtype, base + d)) { e->unwritten++; continue; }
+                    if (fwh_is_poison(r->host_o, c->dtype, base + d)) { e->unwritten++; continue; }
                     const size_t ri = (size_t)(((b * c->heads + h) * c->seqlen_q + s) * D + d);
                     const double x = fw_load_f32(r->host_o, c->dtype, base + d);
                     const double y = r->ref_o[ri];
@@ -455,10 +465,10 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
         /* LSE is f32 in every dtype; its error follows the scores' input rounding. Plus a few f32
          * ulps of the value itself (1e-6·|LSE|, ~8 ulp): an LSE of 1e4 (large logits) has an ulp of
          * 1e-3, beyond any absolute 1e-4. */
-        const double lse_tol = c->dtype == FW_F32 ? 1e-4 : 2e-2;
+        const double lse_tol = fw_contract_lse_tol(c->dtype, c->precision);
         for (size_t i = 0; i < ln; i++) {
             const float x = r->host_lse[i], y = r->ref_lse[i];
-            if (fw_f32_to_bits(x) == POISON_F32) { e->unwritten++; continue; }
+            if (fw_f32_to_bits(x) == FWH_POISON_F32) { e->unwritten++; continue; }
             if (isnan(x) != isnan(y) || (isinf(x) || isinf(y) ? x != y : 0)) { e->lse_max_abs = INFINITY; lse_ok = 0; continue; }
             if (isnan(x) || isinf(x)) continue;
             const double diff = fabs((double)x - (double)y);
@@ -466,76 +476,10 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
             if (diff > lse_tol + 1e-6 * fabs((double)y)) lse_ok = 0;
         }
     }
-    if (c->tol_override > 0) e->tol = c->tol_override;
-    else if (c->dtype == FW_F32) e->tol = 1e-5 * (e->max_abs_v > 0 ? e->max_abs_v : 1.0);
-    else e->tol = 2.0 * e->lowp_err + 1e-5;
+    e->tol = c->tol_override > 0 ? c->tol_override
+                                  : fw_contract_output_tol(c->dtype, c->precision, e->max_abs_v, e->lowp_err);
     e->pass = e->max_abs <= e->tol && e->unwritten == 0 && e->stray == 0 && e->nan_mismatch == 0 && lse_ok;
     return FW_OK;
-}
-
-/* ---- timing ------------------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-typedef fw_status (*timed_call)(fw_run *r, fw_context *ctx, void *arg);
-
-/* Median milliseconds of reps calls of `call` after warmup calls: host clock on the CPU, CUDA events
- * on the legacy default stream on the GPU. */
-static fw_status time_median(fw_run *r, fw_context *ctx, timed_call call, void *arg, int warmup, int reps,
-                             double *median_ms)
-{
-    if (reps < 1) reps = 1;
-    double *t = (double *)malloc((size_t)reps * sizeof(double));
-    if (!t) return FW_ERR_OUT_OF_MEMORY;
-    fw_status st = FW_OK;
-    for (int i = 0; i < warmup && st == FW_OK; i++) st = call(r, ctx, arg);
-    if (st == FW_OK) st = sync_device(r);
-    if (!on_gpu(r)) {
-        for (int i = 0; i < reps && st == FW_OK; i++) {
-            const double t0 = fw_now_seconds();
-            st = call(r, ctx, arg);
-            t[i] = (fw_now_seconds() - t0) * 1e3;
-        }
-    }
-#ifdef FW_HAVE_CUDA
-    else if (st == FW_OK) {
-        cudaEvent_t ea, eb;
-        if (cudaEventCreate(&ea) != cudaSuccess) { free(t); return FW_ERR_DEVICE; }
-        if (cudaEventCreate(&eb) != cudaSuccess) { cudaEventDestroy(ea); free(t); return FW_ERR_DEVICE; }
-        for (int i = 0; i < reps && st == FW_OK; i++) {
-            cudaEventRecord(ea, 0);
-            st = call(r, ctx, arg);
-            cudaEventRecord(eb, 0);
-            if (cudaEventSynchronize(eb) != cudaSuccess) st = FW_ERR_DEVICE;
-            float ms = 0;
-            cudaEventElapsedTime(&ms, ea, eb);
-            t[i] = ms;
-        }
-        cudaEventDestroy(ea);
-        cudaEventDestroy(eb);
-        if (st == FW_OK) st = sync_device(r);
-    }
-#endif
-    if (st == FW_OK) {
-        qsort(t, (size_t)reps, sizeof(double), cmp_double);
-        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-    }
-    free(t);
-    return st;
-}
-
-static fw_status forward_call(fw_run *r, fw_context *ctx, void *arg)
-{
-    (void)arg;
-    return fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
-}
-
-fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms)
-{
-    return time_median(r, ctx, forward_call, NULL, warmup, reps, median_ms);
 }
 
 double fw_run_flops(const fw_run *r) { return fw_problem_flops(&r->problem); }
@@ -550,123 +494,3 @@ double fw_run_bytes(const fw_run *r)
     return bytes;
 }
 
-/* ---- backward ------------------------------------------------------------------------------ */
-static fw_tensor with_data(fw_tensor t, void *data)
-{
-    t.data = data;
-    return t;
-}
-
-void fw_bwd_free(fw_run *r, fw_bwd *b)
-{
-    if (on_gpu(r)) {
-        dev_free(r, b->dout.data); dev_free(r, b->dq.data); dev_free(r, b->dk.data); dev_free(r, b->dv.data);
-    }
-    free(b->host_dout); free(b->host_dq); free(b->host_dk); free(b->host_dv);
-    memset(b, 0, sizeof *b);
-}
-
-fw_status fw_bwd_alloc(fw_run *r, fw_bwd *b, uint64_t seed, char *msg, size_t len)
-{
-    memset(b, 0, sizeof *b);
-    if (len) msg[0] = 0;
-    const fw_case *c = &r->c;
-    if (!r->lse) {
-        snprintf(msg, len, "the backward needs a run made with want_lse");
-        return FW_ERR_INVALID_VALUE;
-    }
-    const size_t es = fw_dtype_size(c->dtype);
-    const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
-    b->host_dout = malloc(r->o_elems * es);
-    b->host_dq = malloc(r->q_elems * es);
-    b->host_dk = malloc(r->kv_elems * es);
-    b->host_dv = malloc(r->kv_elems * es);
-    if (!b->host_dout || !b->host_dq || !b->host_dk || !b->host_dv) {
-        snprintf(msg, len, "out of host memory for the gradients");
-        fw_bwd_free(r, b);
-        return FW_ERR_OUT_OF_MEMORY;
-    }
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 91;
-    fill_random(b->host_dout, c->dtype, r->o_elems, &s);
-    fw_status st = FW_OK;
-    void *ddo, *ddq, *ddk, *ddv;
-    if (!on_gpu(r)) {
-        ddo = b->host_dout; ddq = b->host_dq; ddk = b->host_dk; ddv = b->host_dv;
-    } else {
-        ddo = ddq = ddk = ddv = NULL;
-        if ((st = dev_alloc(r, &ddo, r->o_elems * es)) || (st = dev_alloc(r, &ddq, r->q_elems * es)) ||
-            (st = dev_alloc(r, &ddk, r->kv_elems * es)) || (st = dev_alloc(r, &ddv, r->kv_elems * es))) {
-            snprintf(msg, len, "device allocation of the gradients failed (%s)", fw_status_string(st));
-            b->dout.data = ddo; b->dq.data = ddq; b->dk.data = ddk; b->dv.data = ddv;
-            fw_bwd_free(r, b);
-            return st;
-        }
-    }
-    b->dout = with_data(r->o, ddo);
-    b->dq = with_data(r->q, ddq);
-    b->dk = with_data(r->k, ddk);
-    b->dv = with_data(r->v, ddv);
-    /* O and LSE from cpu-ref on the host images, then onto the device */
-    const fw_device cpu = {FW_DEVICE_CPU, 0};
-    fw_tensor hq = with_data(r->q, r->host_q), hk = with_data(r->k, r->host_k), hv = with_data(r->v, r->host_v);
-    fw_tensor ho = with_data(r->o, r->host_o);
-    hq.device = hk.device = hv.device = ho.device = cpu;
-    fw_context *ctx = NULL;
-    if (fw_context_create(&ctx) != FW_OK) { fw_bwd_free(r, b); return FW_ERR_OUT_OF_MEMORY; }
-    fw_context_set_backend(ctx, "cpu-ref");
-    st = fw_attention_forward(ctx, &hq, &hk, &hv, &ho, r->host_lse, &c->params);
-    if (st != FW_OK) snprintf(msg, len, "cpu-ref forward failed: %s", fw_context_last_error(ctx));
-    fw_context_destroy(ctx);
-    if (st == FW_OK) st = copy(r, r->o.data, r->host_o, r->o_elems * es, 1);
-    if (st == FW_OK) st = copy(r, r->lse, r->host_lse, ln * sizeof(float), 1);
-    if (st == FW_OK) st = copy(r, ddo, b->host_dout, r->o_elems * es, 1);
-    if (st != FW_OK) {
-        if (!msg[0]) snprintf(msg, len, "copy to the device failed");
-        fw_bwd_free(r, b);
-    }
-    return st;
-}
-
-fw_status fw_bwd_poison(fw_run *r, fw_bwd *b)
-{
-    const size_t es = fw_dtype_size(r->c.dtype);
-    poison_host(b->host_dq, r->c.dtype, r->q_elems);
-    poison_host(b->host_dk, r->c.dtype, r->kv_elems);
-    poison_host(b->host_dv, r->c.dtype, r->kv_elems);
-    fw_status st = copy(r, b->dq.data, b->host_dq, r->q_elems * es, 1);
-    if (st == FW_OK) st = copy(r, b->dk.data, b->host_dk, r->kv_elems * es, 1);
-    if (st == FW_OK) st = copy(r, b->dv.data, b->host_dv, r->kv_elems * es, 1);
-    return st;
-}
-
-fw_status fw_bwd_run(fw_run *r, fw_bwd *b, fw_context *ctx)
-{
-    fw_status st = fw_attention_backward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &b->dout, &b->dq, &b->dk, &b->dv,
-                                         &r->c.params);
-    if (st != FW_OK) return st;
-    return sync_device(r);
-}
-
-fw_status fw_bwd_fetch(fw_run *r, fw_bwd *b)
-{
-    const size_t es = fw_dtype_size(r->c.dtype);
-    fw_status st = copy(r, b->host_dq, b->dq.data, r->q_elems * es, 0);
-    if (st == FW_OK) st = copy(r, b->host_dk, b->dk.data, r->kv_elems * es, 0);
-    if (st == FW_OK) st = copy(r, b->host_dv, b->dv.data, r->kv_elems * es, 0);
-    return st;
-}
-
-static fw_status fwd_bwd_call(fw_run *r, fw_context *ctx, void *arg)
-{
-    fw_bwd *b = (fw_bwd *)arg;
-    fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
-    if (st == FW_OK)
-        st = fw_attention_backward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &b->dout, &b->dq, &b->dk, &b->dv,
-                                   &r->c.params);
-    return st;
-}
-
-fw_status fw_bwd_time(fw_run *r, fw_bwd *b, fw_context *ctx, int warmup, int reps, double *median_ms)
-{
-    return time_median(r, ctx, fwd_bwd_call, b, warmup, reps, median_ms);
-}
