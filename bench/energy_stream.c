@@ -21,10 +21,7 @@
 #include <time.h>
 #include "flashwatt.h"
 #include "fw_harness.h"
-#include "backends/backend.h"
-#include "sched/controller.h"
-#include "sched/sched.h"
-#include "sched/tuning_table.h"
+#include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -123,7 +120,9 @@ int main(int argc, char **argv)
     fw_tuning_table t;
     fw_tune_init(&t);
     char why[1400] = "", path[1024];
-    fw_sched_table_path(path, sizeof path);
+    fw_knobs knobs; /* the path the API's contexts read */
+    fw_knobs_read(&knobs);
+    fw_sched_table_path(&knobs, path, sizeof path);
     fw_tune_load(&t, path, why, sizeof why);
     fw_tune_key key = fw_sched_key(&r.problem);
     cand cs[FW_CTRL_MAX_POINTS];
@@ -268,7 +267,7 @@ int main(int argc, char **argv)
         if (isfinite(p1[i]) && p1[i] > 1.05 * cap) within = 0;
     }
     char cfgname[200];
-    if (use_api) snprintf(cfgname, sizeof cfgname, "%s", fw_sched_last_choice(ctx));
+    if (use_api) snprintf(cfgname, sizeof cfgname, "%s", fw_sched_last_choice(fw_context_sched(ctx)));
     else snprintf(cfgname, sizeof cfgname, "%s %s", cs[pick].e->backend, cs[pick].e->config[0] ? cs[pick].e->config : "default");
     for (char *q = cfgname; *q; q++)
         if (*q == '"' || *q == '\\') *q = '\'';

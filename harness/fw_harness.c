@@ -1,16 +1,15 @@
-#include "fw_harness_internal.h"
+/* The harness: cases, the random generator, inputs in any layout on any device, poison, the
+ * forward reference and the comparison against the numerics contract (fw_harness.h). */
+#include "fw_harness.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include "core/dtype.h"
-#include "core/validate.h"
+#include "fw_harness_impl.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
-
 
 fw_case fw_case_shape(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seqlen_q, int64_t seqlen_k,
                       int64_t head_dim, fw_dtype dtype, uint64_t seed)
@@ -28,9 +27,11 @@ const char *fw_case_label(const fw_case *c, char *buf, size_t len)
 {
     if (c->kind != FW_CASE_DENSE) return fwh_serving_label(c, buf, len);
     const fw_attn_params *p = &c->params;
-    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s %s pad%d%s wl%lld wr%lld%s seed%llu",
+    snprintf(buf, len, "B%lld H%lld/%lld Lq%lld Lk%lld D%lld %s%s%s %s pad%d%s wl%lld wr%lld%s seed%llu",
              (long long)c->batch, (long long)c->heads, (long long)c->kv_heads, (long long)c->seqlen_q,
              (long long)c->seqlen_k, (long long)c->head_dim, fw_dtype_name(c->dtype),
+             c->precision != FW_PRECISION_EXACT ? "/" : "",
+             c->precision != FW_PRECISION_EXACT ? fw_precision_name(c->precision) : "",
              c->layout_bshd ? "bshd" : "bhsd", c->pad, p->causal ? " causal" : "",
              (long long)p->window_left, (long long)p->window_right, c->want_lse ? " lse" : "",
              (unsigned long long)c->seed);
@@ -51,15 +52,8 @@ fw_case fw_case_default(void)
     return c;
 }
 
-double fw_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- random numbers: splitmix64 + Box-Muller, reproducible from the seed -------------------- */
-uint64_t fwh_splitmix(uint64_t *s)
+uint64_t fw_rng_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -67,12 +61,32 @@ uint64_t fwh_splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double uniform01(uint64_t *s) { return ((double)(fwh_splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+double fw_rng_uniform(uint64_t *s) { return ((double)(fw_rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
-static float randn(uint64_t *s)
+float fw_rng_normal(uint64_t *s)
 {
-    double u1 = uniform01(s), u2 = uniform01(s);
+    double u1 = fw_rng_uniform(s), u2 = fw_rng_uniform(s);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+uint64_t fw_rng_below(uint64_t *s, uint64_t n) { return fw_rng_next(s) % n; }
+
+/* ---- the numerics contract (fw_harness.h) --------------------------------------------------- */
+double fw_contract_output_tol(fw_dtype dtype, fw_precision precision, double max_abs_v, double lowp_err)
+{
+    if (dtype != FW_F32) return 2.0 * lowp_err + 1e-5;
+    const double v = max_abs_v > 0 ? max_abs_v : 1.0;
+    switch (precision) {
+    case FW_PRECISION_TF32: return 5e-3 * v;
+    case FW_PRECISION_BF16: return 8e-3 * v;
+    default: return 1e-5 * v; /* exact and 3xtf32 */
+    }
+}
+
+double fw_contract_lse_tol(fw_dtype dtype, fw_precision precision)
+{
+    if (dtype != FW_F32) return 2e-2;
+    return precision == FW_PRECISION_TF32 || precision == FW_PRECISION_BF16 ? 5e-2 : 1e-4;
 }
 
 /* ---- layout ------------------------------------------------------------------------------- */
@@ -93,32 +107,32 @@ fw_tensor fwh_describe(void *data, const fw_case *c, int64_t batch, int64_t head
     return t;
 }
 
-int64_t fwh_offset_of(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
+int64_t fwh_offset(const fw_tensor *t, int64_t b, int64_t h, int64_t s, int64_t d)
 {
     return b * t->stride[0] + h * t->stride[1] + s * t->stride[2] + d;
 }
 
-void fwh_fill_random(void *buf, fw_dtype t, size_t n, uint64_t *seed)
+void fwh_fill_random(void *buf, fw_dtype t, size_t n, uint64_t *state)
 {
-    for (size_t i = 0; i < n; i++) fw_store_f32(buf, t, (int64_t)i, randn(seed));
+    for (size_t i = 0; i < n; i++) fw_store_f32(buf, t, (int64_t)i, fw_rng_normal(state));
 }
 
 void fwh_poison_host(void *buf, fw_dtype t, size_t n)
 {
     if (t == FW_F32) {
         uint32_t *p = (uint32_t *)buf;
-        for (size_t i = 0; i < n; i++) p[i] = POISON_F32;
+        for (size_t i = 0; i < n; i++) p[i] = FWH_POISON_F32;
     } else {
         uint16_t *p = (uint16_t *)buf;
-        const uint16_t v = t == FW_F16 ? POISON_16 : POISON_BF16;
+        const uint16_t v = t == FW_F16 ? FWH_POISON_16 : FWH_POISON_BF16;
         for (size_t i = 0; i < n; i++) p[i] = v;
     }
 }
 
 int fwh_is_poison(const void *buf, fw_dtype t, int64_t i)
 {
-    if (t == FW_F32) return ((const uint32_t *)buf)[i] == POISON_F32;
-    return ((const uint16_t *)buf)[i] == (t == FW_F16 ? POISON_16 : POISON_BF16);
+    if (t == FW_F32) return ((const uint32_t *)buf)[i] == FWH_POISON_F32;
+    return ((const uint16_t *)buf)[i] == (t == FW_F16 ? FWH_POISON_16 : FWH_POISON_BF16);
 }
 
 /* ---- device memory ------------------------------------------------------------------------ */
@@ -160,8 +174,6 @@ void fwh_dev_free(const fw_run *r, void *p)
 #endif
 }
 
-/* Copy host->device (dir=1) or device->host (dir=0); plain memcpy when the run is on the cpu
- * and the buffers differ. */
 fw_status fwh_copy(const fw_run *r, void *dst, const void *src, size_t bytes, int to_device)
 {
     if (dst == src) return FW_OK;
@@ -175,7 +187,7 @@ fw_status fwh_copy(const fw_run *r, void *dst, const void *src, size_t bytes, in
 #endif
 }
 
-fw_status fwh_sync_device(const fw_run *r)
+fw_status fwh_sync(const fw_run *r)
 {
     if (!fwh_on_gpu(r)) return FW_OK;
 #ifdef FW_HAVE_CUDA
@@ -263,7 +275,7 @@ fw_status fw_run_set_input(fw_run *r, char which, int64_t b, int64_t h, int64_t 
 {
     fw_tensor *t = which == 'q' ? &r->q : which == 'k' ? &r->k : &r->v;
     void *host = which == 'q' ? r->host_q : which == 'k' ? r->host_k : r->host_v;
-    const int64_t off = fwh_offset_of(t, b, h, s, d);
+    const int64_t off = fwh_offset(t, b, h, s, d);
     const size_t es = fw_dtype_size(r->c.dtype);
     fw_store_f32(host, r->c.dtype, off, x);
     r->have_ref = 0;
@@ -305,7 +317,7 @@ fw_status fw_run_forward(fw_run *r, fw_context *ctx)
 {
     fw_status st = fw_run_call(r, ctx);
     if (st != FW_OK) return st;
-    return fwh_sync_device(r);
+    return fwh_sync(r);
 }
 
 fw_status fw_run_supports(const fw_run *r, const char *name, char *why, size_t why_len)
@@ -314,10 +326,11 @@ fw_status fw_run_supports(const fw_run *r, const char *name, char *why, size_t w
     return fw_backend_supports(name, &r->q, &r->k, &r->v, &r->o, &r->c.params, why, why_len);
 }
 
+fw_status fw_run_sync(fw_run *r) { return fwh_sync(r); }
+
 /* ---- reference ----------------------------------------------------------------------------- */
 
-/* Contiguous f32 (B, H, S, D) copy of a host image (exact: every f16/bf16 value is an f32). */
-static float *to_f32_bhsd(const fw_run *r, const void *host, const fw_tensor *t)
+float *fwh_to_f32_bhsd(fw_dtype dt, const void *host, const fw_tensor *t)
 {
     const int64_t B = t->size[0], H = t->size[1], S = t->size[2], D = t->size[3];
     float *out = (float *)malloc((size_t)(B * H * S * D) * sizeof(float));
@@ -326,7 +339,7 @@ static float *to_f32_bhsd(const fw_run *r, const void *host, const fw_tensor *t)
         for (int64_t h = 0; h < H; h++)
             for (int64_t s = 0; s < S; s++)
                 for (int64_t d = 0; d < D; d++)
-                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, r->c.dtype, fwh_offset_of(t, b, h, s, d));
+                    out[((b * H + h) * S + s) * D + d] = fw_load_f32(host, dt, fwh_offset(t, b, h, s, d));
     return out;
 }
 
@@ -388,9 +401,9 @@ static fw_status compute_reference(fw_run *r)
 {
     const fw_case *c = &r->c;
     fw_status st = FW_ERR_OUT_OF_MEMORY;
-    float *q = to_f32_bhsd(r, r->host_q, &r->q);
-    float *k = to_f32_bhsd(r, r->host_k, &r->k);
-    float *v = to_f32_bhsd(r, r->host_v, &r->v);
+    float *q = fwh_to_f32_bhsd(c->dtype, r->host_q, &r->q);
+    float *k = fwh_to_f32_bhsd(c->dtype, r->host_k, &r->k);
+    float *v = fwh_to_f32_bhsd(c->dtype, r->host_v, &r->v);
     const size_t on = (size_t)(c->batch * c->heads * c->seqlen_q * c->head_dim);
     const size_t ln = (size_t)(c->batch * c->heads * c->seqlen_q);
     free(r->ref_o); free(r->ref_lse); free(r->lowp_o);
@@ -417,8 +430,9 @@ static fw_status compute_reference(fw_run *r)
                 memcpy(hp.v_stride, tv.stride, sizeof hp.v_stride);
                 memcpy(hp.o_stride, to.stride, sizeof hp.o_stride);
                 fwh_lowp_attention(&hp, c->dtype, r->lowp_o);
+            } else {
+                st = FW_ERR_OUT_OF_MEMORY;
             }
-            else st = FW_ERR_OUT_OF_MEMORY;
         }
         fw_context_destroy(ctx);
     }
@@ -429,7 +443,7 @@ static fw_status compute_reference(fw_run *r)
 
 float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d)
 {
-    return fw_load_f32(r->host_o, r->c.dtype, fwh_offset_of(&r->o, b, h, s, d));
+    return fw_load_f32(r->host_o, r->c.dtype, fwh_offset(&r->o, b, h, s, d));
 }
 
 /* One output element at host[at] against the reference y (and the input-dtype emulation lowp, may be
@@ -460,10 +474,9 @@ void fwh_compare_elem(fw_errors *e, const void *host, fw_dtype t, int64_t at, do
 /* One row's log-sum-exp x against the reference y; 0 when it is over the tolerance. LSE is f32 in
  * every dtype; its error follows the scores' input rounding. Plus a few f32 ulps of the value itself
  * (1e-6·|LSE|, ~8 ulp): an LSE of 1e4 (large logits) has an ulp of 1e-3, beyond any absolute 1e-4. */
-int fwh_compare_lse(fw_errors *e, float x, float y, fw_dtype t)
+int fwh_compare_lse(fw_errors *e, float x, float y, const fw_case *c)
 {
-    const double lse_tol = t == FW_F32 ? 1e-4 : 2e-2;
-    if (fw_f32_to_bits(x) == POISON_F32) {
+    if (fw_f32_to_bits(x) == FWH_POISON_F32) {
         e->unwritten++;
         return 1; /* counted as unwritten, which fails the run */
     }
@@ -474,16 +487,15 @@ int fwh_compare_lse(fw_errors *e, float x, float y, fw_dtype t)
     if (isnan(x) || isinf(x)) return 1;
     const double diff = fabs((double)x - (double)y);
     if (diff > e->lse_max_abs) e->lse_max_abs = diff;
-    return diff <= lse_tol + 1e-6 * fabs((double)y);
+    return diff <= fw_contract_lse_tol(c->dtype, c->precision) + 1e-6 * fabs((double)y);
 }
 
 /* The tolerance of the contract and the verdict. */
 void fwh_errors_finish(fw_errors *e, const fw_case *c, const double acc[2], int lse_ok)
 {
     e->rel_l2 = acc[1] > 0 ? sqrt(acc[0] / acc[1]) : sqrt(acc[0]);
-    if (c->tol_override > 0) e->tol = c->tol_override;
-    else if (c->dtype == FW_F32) e->tol = 1e-5 * (e->max_abs_v > 0 ? e->max_abs_v : 1.0);
-    else e->tol = 2.0 * e->lowp_err + 1e-5;
+    e->tol = c->tol_override > 0 ? c->tol_override
+                                  : fw_contract_output_tol(c->dtype, c->precision, e->max_abs_v, e->lowp_err);
     e->pass = e->max_abs <= e->tol && e->unwritten == 0 && e->stray == 0 && e->nan_mismatch == 0 &&
               e->cache_mismatch == 0 && lse_ok;
 }
@@ -502,7 +514,7 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
 
     for (size_t i = 0; i < r->kv_elems; i++) {
         const double a = fabs((double)fw_load_f32(r->host_v, c->dtype, (int64_t)i));
-        if (a > e->max_abs_v) e->max_abs_v = a;
+        if (isfinite(a) && a > e->max_abs_v) e->max_abs_v = a; /* a planted inf must not make the tolerance inf */
     }
     double acc[2] = {0, 0};
     /* every element of the padded buffer: inside the view must be written, outside must not */
@@ -510,7 +522,7 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
     for (int64_t b = 0; b < c->batch; b++)
         for (int64_t h = 0; h < c->heads; h++)
             for (int64_t s = 0; s < c->seqlen_q; s++) {
-                const int64_t base = fwh_offset_of(&r->o, b, h, s, 0);
+                const int64_t base = fwh_offset(&r->o, b, h, s, 0);
                 for (int64_t d = D; d < row; d++)
                     if (!fwh_is_poison(r->host_o, c->dtype, base + d)) e->stray++;
                 for (int64_t d = 0; d < D; d++) {
@@ -521,72 +533,9 @@ fw_status fw_run_compare(fw_run *r, fw_errors *e)
             }
     int lse_ok = 1;
     if (r->lse)
-        for (size_t i = 0; i < ln; i++) lse_ok &= fwh_compare_lse(e, r->host_lse[i], r->ref_lse[i], c->dtype);
+        for (size_t i = 0; i < ln; i++) lse_ok &= fwh_compare_lse(e, r->host_lse[i], r->ref_lse[i], c);
     fwh_errors_finish(e, c, acc, lse_ok);
     return FW_OK;
-}
-
-/* ---- timing ------------------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median milliseconds of reps calls of `call` after warmup calls: host clock on the CPU, CUDA events
- * on the legacy default stream on the GPU. */
-fw_status fwh_time_median(fw_run *r, fw_context *ctx, fwh_timed_call call, void *arg, int warmup, int reps,
-                             double *median_ms)
-{
-    if (reps < 1) reps = 1;
-    double *t = (double *)malloc((size_t)reps * sizeof(double));
-    if (!t) return FW_ERR_OUT_OF_MEMORY;
-    fw_status st = FW_OK;
-    for (int i = 0; i < warmup && st == FW_OK; i++) st = call(r, ctx, arg);
-    if (st == FW_OK) st = fwh_sync_device(r);
-    if (!fwh_on_gpu(r)) {
-        for (int i = 0; i < reps && st == FW_OK; i++) {
-            const double t0 = fw_now_seconds();
-            st = call(r, ctx, arg);
-            t[i] = (fw_now_seconds() - t0) * 1e3;
-        }
-    }
-#ifdef FW_HAVE_CUDA
-    else if (st == FW_OK) {
-        cudaEvent_t ea, eb;
-        if (cudaEventCreate(&ea) != cudaSuccess) { free(t); return FW_ERR_DEVICE; }
-        if (cudaEventCreate(&eb) != cudaSuccess) { cudaEventDestroy(ea); free(t); return FW_ERR_DEVICE; }
-        for (int i = 0; i < reps && st == FW_OK; i++) {
-            cudaEventRecord(ea, 0);
-            st = call(r, ctx, arg);
-            cudaEventRecord(eb, 0);
-            if (cudaEventSynchronize(eb) != cudaSuccess) st = FW_ERR_DEVICE;
-            float ms = 0;
-            cudaEventElapsedTime(&ms, ea, eb);
-            t[i] = ms;
-        }
-        cudaEventDestroy(ea);
-        cudaEventDestroy(eb);
-        if (st == FW_OK) st = fwh_sync_device(r);
-    }
-#endif
-    if (st == FW_OK) {
-        qsort(t, (size_t)reps, sizeof(double), cmp_double);
-        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-    }
-    free(t);
-    return st;
-}
-
-static fw_status forward_call(fw_run *r, fw_context *ctx, void *arg)
-{
-    (void)arg;
-    return fw_run_call(r, ctx);
-}
-
-fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms)
-{
-    return fwh_time_median(r, ctx, forward_call, NULL, warmup, reps, median_ms);
 }
 
 double fw_run_flops(const fw_run *r) { return fw_problem_flops(&r->problem); }
@@ -607,5 +556,6 @@ double fw_run_kv_bytes(const fw_run *r)
 {
     if (r->c.kind != FW_CASE_DENSE) return fwh_serving_bytes(r, 1);
     const fw_case *c = &r->c;
-    return (double)fw_dtype_size(c->dtype) * 2.0 * (double)(c->batch * c->kv_heads * c->seqlen_k * c->head_dim);
+    return (double)fw_dtype_size(c->dtype) * 2.0 * (double)c->batch * (double)c->kv_heads * (double)c->seqlen_k *
+           (double)c->head_dim;
 }

@@ -1,13 +1,24 @@
 /* The test and benchmark harness shared by `flashwatt check/bench`, the ctest programs and the GPU
  * tests: fresh random inputs in any layout on any device, poisoned outputs, a float64 reference,
- * the numerics contract of DESIGN.md, and timing. One copy of this logic for every caller. */
+ * the numerics contract of DESIGN.md, and timing. One copy of this logic for every caller:
+ *   fw_harness.c          cases, the random generator, inputs, the forward reference and comparison
+ *   fw_harness_serving.c  ragged (varlen) and KV-cache cases behind the same fw_run_* calls
+ *   fw_harness_bwd.c      gradient buffers, the backward reference and comparison
+ *   fw_harness_time.c     timing */
 #ifndef FW_HARNESS_H
 #define FW_HARNESS_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "flashwatt.h"
-#include "core/problem.h"
+#include "flashwatt_internal.h"
+
+/* ---- random numbers: the one generator of the harness and of the tests' random cases --------
+ * splitmix64 on a caller's state; reproducible from the seed. */
+uint64_t fw_rng_next(uint64_t *state);
+double fw_rng_uniform(uint64_t *state);             /* in (0, 1) */
+float fw_rng_normal(uint64_t *state);               /* standard normal (Box-Muller) */
+uint64_t fw_rng_below(uint64_t *state, uint64_t n); /* in [0, n); n >= 1 */
 
 #define FW_CASE_MAX_SEQS 256
 
@@ -28,6 +39,9 @@ typedef struct fw_case {
     fw_attn_params params;
     uint64_t seed;
     int want_lse;
+    /* f32 inputs: the precision the call runs in (the caller sets it on its context); the
+     * comparison holds the output to that precision's tolerance */
+    fw_precision precision;
     double tol_override; /* > 0: use this absolute tolerance instead of the contract's */
     /* ---- serving cases (fw_case_serving) ----
      * Varlen: sequence b has seq_q[b] queries and seq_k[b] keys, packed without padding.
@@ -57,10 +71,20 @@ fw_case fw_case_serving(fw_case_kind kind, int nseq, const int32_t *seq_q, const
 /* One line naming the case: shape, dtype, layout, padding, mask, LSE, seed. Returns buf. */
 const char *fw_case_label(const fw_case *c, char *buf, size_t len);
 
+/* The numerics contract (docs/DESIGN.md), for an output against the float64 reference:
+ *   f32 exact and 3xtf32   max|O - O_ref| <= 1e-5 · max|V|, LSE within 1e-4
+ *   f32 in tf32            5e-3 · max|V|, LSE within 5e-2 (10-bit mantissa operands)
+ *   f32 in bf16            8e-3 · max|V|, LSE within 5e-2 (8-bit mantissa operands)
+ *   f16, bf16 inputs       2 · (the error of the same computation done in the input dtype) + 1e-5,
+ *                          LSE within 2e-2
+ * (LSE also + 1e-6·|LSE|: a few f32 ulps of a large value.) */
+double fw_contract_output_tol(fw_dtype dtype, fw_precision precision, double max_abs_v, double lowp_err);
+double fw_contract_lse_tol(fw_dtype dtype, fw_precision precision);
+
 typedef struct fw_errors {
     double max_abs;     /* max |O - O_ref| over elements where both are finite */
     double rel_l2;      /* ||O - O_ref||_2 / ||O_ref||_2 */
-    double max_abs_v;   /* max |V| */
+    double max_abs_v;   /* max |V| over its finite values */
     double tol;         /* tolerance max_abs was held to */
     double lowp_err;    /* f16/bf16: max |O_lowp - O_ref| of the input-dtype emulation; else 0 */
     double lse_max_abs; /* max |LSE - LSE_ref| (inf on a finite/-inf mismatch); 0 without LSE */
@@ -112,10 +136,16 @@ fw_status fw_run_call(fw_run *r, fw_context *ctx);
 /* Can backend `name` run this case? FW_OK, or the status with the backend's reason in why (serving
  * cases too, which fw_backend_supports does not describe). */
 fw_status fw_run_supports(const fw_run *r, const char *name, char *why, size_t why_len);
+/* Waits for the run's device and reports a failed launch (after calling a backend directly). */
+fw_status fw_run_sync(fw_run *r);
 /* Computes the reference (once), copies the output back and compares. */
 fw_status fw_run_compare(fw_run *r, fw_errors *e);
-/* Median milliseconds of reps calls after warmup calls (CUDA events on the GPU). */
+/* Median milliseconds of reps forward calls after warmup calls (CUDA events on the GPU). */
 fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms);
+/* The same for any call: median milliseconds of reps calls of call(r, arg) after warmup ones, CUDA
+ * events on the legacy default stream on the GPU, the host clock on the CPU. */
+typedef fw_status (*fw_timed_call)(fw_run *r, void *arg);
+fw_status fw_time_calls(fw_run *r, fw_timed_call call, void *arg, int warmup, int reps, double *median_ms);
 
 /* Exact forward FLOPs (4 · visible pairs · D · B · H; serving cases: over the sequences' own lengths)
  * and compulsory bytes (q, k, v read once, o written once, lse if requested; a KV cache: each
@@ -135,16 +165,39 @@ float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d)
 typedef struct fw_bwd {
     fw_tensor dout, dq, dk, dv;
     void *host_dout, *host_dq, *host_dk, *host_dv;
+    float *ref[3];  /* cpu-ref's float64-accumulated dq, dk, dv: contiguous (B,H,S,D) f32 */
+    float *lowp[3]; /* f16/bf16: the backward computed in the input dtype; else NULL */
+    int have_ref;
 } fw_bwd;
 
+/* One gradient against the reference. The contract, with M the largest max|g_ref| of the three:
+ *   max|g - g_ref| <= 1e-4 · max|g_ref| + 1e-5 · M + 1e-6 (+ 3 · max|g_lowp - g_ref| for f16/bf16)
+ * (FlashAttention's rule; 1e-5 · M covers gradients that vanish analytically, such as dq = dk = 0
+ * at Lk = 1, where f32 cancellation leaves noise of order 1e-7 · |dP|). */
+typedef struct fw_grad_errors {
+    double max_abs, ref_max, lowp, tol;
+    long unwritten, stray, nans;
+} fw_grad_errors;
+
+typedef struct fw_bwd_errors {
+    fw_grad_errors g[3]; /* dq, dk, dv */
+    int pass;
+} fw_bwd_errors;
+
 fw_status fw_bwd_alloc(fw_run *r, fw_bwd *b, uint64_t seed, char *msg, size_t len);
+/* The buffers and dO only: the run's o and lse are left to the caller's forward (timings at sizes
+ * where a float64 forward on the host would take minutes). */
+fw_status fw_bwd_alloc_grads(fw_run *r, fw_bwd *b, uint64_t seed, char *msg, size_t len);
 void fw_bwd_free(fw_run *r, fw_bwd *b);
-/* NaN-poisons dq, dk, dv (host and device). */
+/* NaN-poisons dq, dk, dv (host and device, padding included). */
 fw_status fw_bwd_poison(fw_run *r, fw_bwd *b);
 /* fw_attention_backward on the run's o and lse, then a device sync. */
 fw_status fw_bwd_run(fw_run *r, fw_bwd *b, fw_context *ctx);
 /* Copies dq, dk, dv back into the host images. */
 fw_status fw_bwd_fetch(fw_run *r, fw_bwd *b);
+/* Computes the reference (once), fetches dq, dk, dv and compares them (written, no stray writes,
+ * no NaN, within the contract). */
+fw_status fw_bwd_compare(fw_run *r, fw_bwd *b, fw_bwd_errors *e);
 /* Median milliseconds of forward + backward (the forward writes the run's o and lse) over reps
  * after warmup (CUDA events on the GPU). */
 fw_status fw_bwd_time(fw_run *r, fw_bwd *b, fw_context *ctx, int warmup, int reps, double *median_ms);

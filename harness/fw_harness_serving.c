@@ -7,10 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/dtype.h"
-#include "core/validate.h"
-#include "backends/backend.h"
-#include "fw_harness_internal.h"
+#include "fw_harness_impl.h"
 
 fw_case fw_case_serving(fw_case_kind kind, int nseq, const int32_t *seq_q, const int32_t *seq_k, int64_t heads,
                         int64_t kv_heads, int64_t head_dim, fw_dtype dtype, uint64_t seed)
@@ -136,7 +133,7 @@ static void fill_ints(const fw_case *c, const geometry *g, int32_t *ints)
     uint64_t seed = c->seed * 0x9e3779b97f4a7c15ull + 5;
     for (int64_t i = 0; i < g->num_pages; i++) perm[i] = (int32_t)i;
     for (int64_t i = g->num_pages - 1; i > 0; i--) {
-        const int64_t j = (int64_t)(fwh_splitmix(&seed) % (uint64_t)(i + 1));
+        const int64_t j = (int64_t)(fw_rng_next(&seed) % (uint64_t)(i + 1));
         const int32_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -540,7 +537,7 @@ fw_status fwh_serving_compare(fw_run *r, fw_errors *e)
                                      r->lowp_o ? &r->lowp_o[base + d] : NULL, acc);
                 if (r->lse) {
                     const int64_t li = fw_lse_index(p, b, h, i);
-                    lse_ok &= fwh_compare_lse(e, r->host_lse[li], r->ref_lse[li], c->dtype);
+                    lse_ok &= fwh_compare_lse(e, r->host_lse[li], r->ref_lse[li], c);
                 }
             }
     }

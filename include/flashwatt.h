@@ -20,6 +20,14 @@
 extern "C" {
 #endif
 
+/* What the shared library exports: the functions declared here and nothing else (it is built with
+ * hidden visibility, so internal functions stay private to it). */
+#if defined(__GNUC__)
+#define FW_API __attribute__((visibility("default")))
+#else
+#define FW_API
+#endif
+
 #define FW_VERSION_MAJOR 0
 #define FW_VERSION_MINOR 1
 #define FW_VERSION_PATCH 0
@@ -61,10 +69,10 @@ typedef struct fw_tensor {
 } fw_tensor;
 
 /* Descriptors of contiguous buffers laid out as (B, H, S, D) or (B, S, H, D). */
-fw_tensor fw_tensor_bhsd(void *data, fw_dtype dtype, fw_device device, int64_t batch, int64_t heads,
-                         int64_t seq, int64_t head_dim);
-fw_tensor fw_tensor_bshd(void *data, fw_dtype dtype, fw_device device, int64_t batch, int64_t heads,
-                         int64_t seq, int64_t head_dim);
+FW_API fw_tensor fw_tensor_bhsd(void *data, fw_dtype dtype, fw_device device, int64_t batch, int64_t heads,
+                                int64_t seq, int64_t head_dim);
+FW_API fw_tensor fw_tensor_bshd(void *data, fw_dtype dtype, fw_device device, int64_t batch, int64_t heads,
+                                int64_t seq, int64_t head_dim);
 
 #define FW_WINDOW_UNLIMITED (-1)
 
@@ -81,7 +89,7 @@ typedef struct fw_attn_params {
     int64_t window_right; /* FW_WINDOW_UNLIMITED or >= 0 */
 } fw_attn_params;
 
-fw_attn_params fw_attn_params_default(void); /* scale 0 (auto), not causal, windows unlimited */
+FW_API fw_attn_params fw_attn_params_default(void); /* scale 0 (auto), not causal, windows unlimited */
 
 /* Precision of float32 inputs. Reduced modes are opt-in and run only where a backend has them. */
 typedef enum fw_precision {
@@ -106,55 +114,55 @@ typedef struct fw_policy {
     double error_budget;         /* ... when their measured relative error is within this */
 } fw_policy;
 
-fw_policy fw_policy_default(void); /* fastest, no limits, exact */
+FW_API fw_policy fw_policy_default(void); /* fastest, no limits, exact */
 
 /* ---- context ---------------------------------------------------------------------------- */
 typedef struct fw_context fw_context;
 
-fw_status fw_context_create(fw_context **ctx);
-void fw_context_destroy(fw_context *ctx);
+FW_API fw_status fw_context_create(fw_context **ctx);
+FW_API void fw_context_destroy(fw_context *ctx);
 /* "auto" (default) or a backend name from fw_backend_name(). */
-fw_status fw_context_set_backend(fw_context *ctx, const char *backend);
+FW_API fw_status fw_context_set_backend(fw_context *ctx, const char *backend);
 /* CPU threads; 0 = all online cores (default). */
-fw_status fw_context_set_threads(fw_context *ctx, int threads);
+FW_API fw_status fw_context_set_threads(fw_context *ctx, int threads);
 /* cudaStream_t for CUDA backends; NULL = the legacy default stream. */
-fw_status fw_context_set_stream(fw_context *ctx, void *cuda_stream);
+FW_API fw_status fw_context_set_stream(fw_context *ctx, void *cuda_stream);
 /* Precision for float32 inputs; FW_PRECISION_EXACT unless set. */
-fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision);
-fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy);
+FW_API fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision);
+FW_API fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy);
 /* Backward only. 1: reproducible, bit-identical gradients run to run (the GPU computes dQ in a separate
  * pass without atomics). 0 (default): whichever is faster — on Hopper (compute capability 9.0) that is
  * the same separate pass (its wgmma kernels), elsewhere dQ added with atomics, as FlashAttention-2 does.
  * The CPU backends are deterministic either way. */
-fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic);
+FW_API fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic);
 /* Device workspace in bytes that a call may take beyond its inputs and outputs; 0 (default) = no
  * budget. Backward only, for now: with a budget > 0 the CUDA backward may keep the Lq×Lk matrices
  * (S/P, dP/dS) of short sequences in device memory instead of recomputing them (the "store" strategy,
  * cuBLAS GEMMs; chosen when seqlen_q·seqlen_k is at most 2^20 and one (batch, head) slice's matrices
  * plus the O(L·D) accumulators fit; larger batches run in chunks within the budget). 0 never picks it. */
-fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes);
+FW_API fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes);
 /* Message of the last failed call on this context, "" after a success. Valid until the next call. */
-const char *fw_context_last_error(const fw_context *ctx);
+FW_API const char *fw_context_last_error(const fw_context *ctx);
 /* Name of the backend that ran the last successful call on this context. */
-const char *fw_context_last_backend(const fw_context *ctx);
+FW_API const char *fw_context_last_backend(const fw_context *ctx);
 
-const char *fw_status_string(fw_status status);
-const char *fw_dtype_name(fw_dtype dtype);
-const char *fw_version(void);
+FW_API const char *fw_status_string(fw_status status);
+FW_API const char *fw_dtype_name(fw_dtype dtype);
+FW_API const char *fw_version(void);
 
 /* ---- attention ------------------------------------------------------------------------- */
 /* q: (B, H, Lq, D); k, v: (B, H_kv, Lk, D); o: (B, H, Lq, D), all one dtype and device.
  * lse (optional, may be NULL): float32, contiguous (B, H, Lq), on the same device, natural log. */
-fw_status fw_attention_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
-                               const fw_tensor *v, fw_tensor *o, float *lse,
-                               const fw_attn_params *params);
+FW_API fw_status fw_attention_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                      const fw_tensor *v, fw_tensor *o, float *lse,
+                                      const fw_attn_params *params);
 
 /* Backward: from q, k, v, the forward's o and lse, and dout = dL/dO, produce dq, dk, dv
  * (same shapes as q, k, v). dk/dv are summed over the query heads of each kv group. */
-fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
-                                const fw_tensor *v, const fw_tensor *o, const float *lse,
-                                const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
-                                const fw_attn_params *params);
+FW_API fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                       const fw_tensor *v, const fw_tensor *o, const float *lse,
+                                       const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
+                                       const fw_attn_params *params);
 
 /* ---- serving: ragged batches and KV caches --------------------------------------------------
  * Sequences of different lengths packed without padding (FlashAttention's "varlen" convention):
@@ -185,9 +193,9 @@ typedef struct fw_varlen {
 
 /* Ragged forward: q, o (1, H, total_q, D); k, v (1, H_kv, total_k, D); lse (optional) float32
  * (H, total_q) contiguous, FlashAttention's varlen layout. Every other rule as fw_attention_forward. */
-fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
-                                      const fw_tensor *v, fw_tensor *o, float *lse,
-                                      const fw_varlen *seqs, const fw_attn_params *params);
+FW_API fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                             const fw_tensor *v, fw_tensor *o, float *lse,
+                                             const fw_varlen *seqs, const fw_attn_params *params);
 
 /* A KV cache, FlashAttention's flash_attn_with_kvcache layouts:
  *   contiguous (block_table NULL): k, v (B, H_kv, capacity, D), e.g. a (B, capacity, H_kv, D)
@@ -213,17 +221,17 @@ typedef struct fw_kv_cache {
  * first seqlens[b] (+ Lq_b with k_new) cached keys; causal aligns each query to the end of them, so
  * the last query sees every key. seqlens is not updated (the caller advances it). lse (optional):
  * (B, H, Lq), or (H, total_q) with q_seqs. */
-fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
-                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o,
-                                       float *lse, const fw_varlen *q_seqs,
-                                       const fw_attn_params *params);
+FW_API fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
+                                              const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o,
+                                              float *lse, const fw_varlen *q_seqs,
+                                              const fw_attn_params *params);
 
 /* CUDA graphs: device scratch the context's calls take instead of allocating (split-KV partials).
  * With a workspace set, a ragged or cache call on the GPU neither allocates nor synchronises; its
  * split plan depends only on host-known sizes (batch, heads, max_seqlen_q, the cache's capacity),
  * and it takes fewer splits rather than more memory than given. NULL, 0 = allocate per call
  * (stream-ordered). The memory stays the caller's. */
-fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t bytes);
+FW_API fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t bytes);
 /* Bytes of workspace that calls up to these sizes take at most on ctx's device choice. */
 typedef struct fw_workspace_query {
     fw_device device;
@@ -232,10 +240,10 @@ typedef struct fw_workspace_query {
     int64_t max_seqlen_q; /* new queries per sequence (1 for decode) */
     int64_t max_seqlen_k; /* keys per sequence: the cache's capacity */
 } fw_workspace_query;
-fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes);
+FW_API fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes);
 /* Debugging: also copy device-resident offsets, cache lengths and block tables to the host and
  * check them as host values are checked (synchronises the stream; not for graph capture). */
-fw_status fw_context_set_check_device_values(fw_context *ctx, int check);
+FW_API fw_status fw_context_set_check_device_values(fw_context *ctx, int check);
 
 /* ---- backends -------------------------------------------------------------------------- */
 typedef struct fw_backend_info {
@@ -246,18 +254,18 @@ typedef struct fw_backend_info {
     char why_not[256];       /* when !usable */
 } fw_backend_info;
 
-int fw_backend_count(void);
-fw_status fw_backend_get_info(int index, fw_backend_info *info);
+FW_API int fw_backend_count(void);
+FW_API fw_status fw_backend_get_info(int index, fw_backend_info *info);
 /* Can backend `name` run this forward problem? FW_OK if so; otherwise FW_ERR_UNSUPPORTED (or the
  * validation status) with the reason written to why (may be NULL). */
-fw_status fw_backend_supports(const char *name, const fw_tensor *q, const fw_tensor *k,
-                              const fw_tensor *v, const fw_tensor *o, const fw_attn_params *params,
-                              char *why, size_t why_len);
+FW_API fw_status fw_backend_supports(const char *name, const fw_tensor *q, const fw_tensor *k,
+                                     const fw_tensor *v, const fw_tensor *o, const fw_attn_params *params,
+                                     char *why, size_t why_len);
 
 /* CPU SIMD level in use: "avx512", "avx2" or "scalar". */
-const char *fw_cpu_simd_level(void);
+FW_API const char *fw_cpu_simd_level(void);
 /* Number of CUDA devices visible (0 where there is no driver or no GPU). */
-int fw_cuda_device_count(void);
+FW_API int fw_cuda_device_count(void);
 
 /* ==== telemetry ================================================================================
  * GPU power/energy/temperature/clock readings (NVML, loaded at run time with dlopen: no build-time
@@ -316,51 +324,51 @@ typedef struct fw_cpu_reading {
 
 /* Opens every available source. Succeeds (FW_OK) even with no GPU and no powercap: then
  * fw_telemetry_gpu_count() is 0 and fw_telemetry_describe() says why. */
-fw_status fw_telemetry_open(fw_telemetry **out);
-void fw_telemetry_close(fw_telemetry *t);
-int fw_telemetry_gpu_count(const fw_telemetry *t);
+FW_API fw_status fw_telemetry_open(fw_telemetry **out);
+FW_API void fw_telemetry_close(fw_telemetry *t);
+FW_API int fw_telemetry_gpu_count(const fw_telemetry *t);
 /* One line: which sources are in use, or why each is n/a. */
-const char *fw_telemetry_describe(const fw_telemetry *t);
+FW_API const char *fw_telemetry_describe(const fw_telemetry *t);
 /* Device name ("NVIDIA H100 80GB HBM3"), or "n/a". */
-fw_status fw_telemetry_gpu_name(fw_telemetry *t, int gpu, char *buf, size_t len);
+FW_API fw_status fw_telemetry_gpu_name(fw_telemetry *t, int gpu, char *buf, size_t len);
 /* PCI bus id of a telemetry GPU ("00000000:3B:00.0"), or "n/a". */
-fw_status fw_telemetry_gpu_pci_bus_id(fw_telemetry *t, int gpu, char *buf, size_t len);
+FW_API fw_status fw_telemetry_gpu_pci_bus_id(fw_telemetry *t, int gpu, char *buf, size_t len);
 /* Telemetry GPU index of a PCI bus id in either spelling (NVML "00000000:3B:00.0", CUDA's
  * cudaDeviceGetPCIBusId "0000:3b:00.0"); -1 when none. NVML indices need not equal CUDA ordinals
  * (CUDA_VISIBLE_DEVICES, enumeration order): map through this. */
-int fw_telemetry_gpu_for_pci_bus_id(fw_telemetry *t, const char *bus_id);
+FW_API int fw_telemetry_gpu_for_pci_bus_id(fw_telemetry *t, const char *bus_id);
 /* A fresh reading now. With no such GPU: FW_ERR_INVALID_VALUE and r->valid = 0. */
-fw_status fw_telemetry_read(fw_telemetry *t, int gpu, fw_gpu_reading *r);
-fw_status fw_telemetry_read_cpu(fw_telemetry *t, fw_cpu_reading *r);
+FW_API fw_status fw_telemetry_read(fw_telemetry *t, int gpu, fw_gpu_reading *r);
+FW_API fw_status fw_telemetry_read_cpu(fw_telemetry *t, fw_cpu_reading *r);
 /* Seconds on the telemetry clock (the t_s of readings). */
-double fw_telemetry_now(fw_telemetry *t);
+FW_API double fw_telemetry_now(fw_telemetry *t);
 
 /* Sampler thread: reads every GPU each period_ms (default 20 when 0) into a ring of `capacity`
  * readings per GPU (default 4096 when 0). Restarting replaces the ring. */
-fw_status fw_telemetry_start_sampler(fw_telemetry *t, int period_ms, int capacity);
-fw_status fw_telemetry_stop_sampler(fw_telemetry *t);
+FW_API fw_status fw_telemetry_start_sampler(fw_telemetry *t, int period_ms, int capacity);
+FW_API fw_status fw_telemetry_stop_sampler(fw_telemetry *t);
 /* Copies up to max of the newest samples of `gpu` (oldest first) with t_s >= since_s into out;
  * returns how many (0 when the sampler never ran). */
-int fw_telemetry_samples(fw_telemetry *t, int gpu, double since_s, fw_gpu_reading *out, int max);
+FW_API int fw_telemetry_samples(fw_telemetry *t, int gpu, double since_s, fw_gpu_reading *out, int max);
 
 /* Cool-down before an energy measurement: polls gpu's instant power (else the 1-s average) every
  * 50 ms until it has stayed within tol_w of baseline_w for hold_s seconds. Returns 1 when settled,
  * 0 after timeout_s without settling, -1 when no power reading is available (n/a). *last_w (may be
  * NULL) gets the last reading. */
-int fw_telemetry_wait_settled(fw_telemetry *t, int gpu, double baseline_w, double tol_w, double hold_s,
-                              double timeout_s, double *last_w);
+FW_API int fw_telemetry_wait_settled(fw_telemetry *t, int gpu, double baseline_w, double tol_w, double hold_s,
+                                     double timeout_s, double *last_w);
 /* Idle baseline: mean power over `seconds` of 50 ms polls; FW_OK, or FW_ERR_UNSUPPORTED when n/a. */
-fw_status fw_telemetry_mean_power(fw_telemetry *t, int gpu, double seconds, double *mean_w);
+FW_API fw_status fw_telemetry_mean_power(fw_telemetry *t, int gpu, double seconds, double *mean_w);
 
 /* Throttle reasons: comma-separated names of the set bits ("sw_power_cap,hw_thermal"), "none" for
  * 0, unknown bits as hex. Returns the length it wanted (snprintf-style). */
-size_t fw_throttle_reasons_string(uint64_t reasons, char *buf, size_t len);
+FW_API size_t fw_throttle_reasons_string(uint64_t reasons, char *buf, size_t len);
 /* Name of one reason bit (e.g. FW_THROTTLE_HW_SLOWDOWN -> "hw_slowdown"), NULL if unknown. */
-const char *fw_throttle_reason_name(uint64_t bit);
+FW_API const char *fw_throttle_reason_name(uint64_t bit);
 
 /* One field of a reading as text with its unit ("312.4 W", "67 C", "1980 MHz", "sw_power_cap"), or
  * "n/a" when its validity bit is clear. field is one FW_TEL_* bit. */
-size_t fw_gpu_reading_format(const fw_gpu_reading *r, unsigned field, char *buf, size_t len);
+FW_API size_t fw_gpu_reading_format(const fw_gpu_reading *r, unsigned field, char *buf, size_t len);
 
 /* Energy windows: joules over [begin, end]. From the total-energy counter (source "counter") when
  * both ends have it; otherwise the integral of the sampler's instant power over the window
@@ -391,8 +399,8 @@ typedef struct fw_energy_window {
     double cpu_joules;
 } fw_energy_window;
 
-fw_status fw_energy_begin(fw_telemetry *t, int gpu, fw_energy_window *w);
-fw_status fw_energy_end(fw_energy_window *w);
+FW_API fw_status fw_energy_begin(fw_telemetry *t, int gpu, fw_energy_window *w);
+FW_API fw_status fw_energy_end(fw_energy_window *w);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* Tiny shared helpers of the C test programs test_backends/numerics/validation/dtype/api:
+/* Tiny shared helpers of the C test programs test_numerics/validation/dtype/api/sched/...:
  * pass/fail counting, one line per case, a final "N passed, N failed" line, the CPU backends of the
  * registry. Header-only (each test is one program); everything is static. */
 #ifndef FW_CHECK_H

@@ -18,8 +18,7 @@
 #include <unistd.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "backends/backend.h"
-#include "sched/sched.h"
+#include "flashwatt_internal.h"
 
 static fw_case the_case(void)
 {
@@ -53,7 +52,7 @@ static int run(const fw_policy *pol, int n, char *choice, size_t len, char *back
         ok = fw_run_poison(&r) == FW_OK && fw_run_forward(&r, ctx) == FW_OK;
         if (ok && (i == 0 || i == n - 1)) ok = fw_run_compare(&r, &e) == FW_OK && e.pass;
     }
-    snprintf(choice, len, "%s", fw_sched_last_choice(ctx));
+    snprintf(choice, len, "%s", fw_sched_last_choice(fw_context_sched(ctx)));
     snprintf(backend, blen, "%s", fw_context_last_backend(ctx));
     if (!ok) snprintf(choice + strlen(choice), len - strlen(choice), " [%s]", fw_context_last_error(ctx));
     fw_run_free(&r);

@@ -22,7 +22,7 @@
 #include <string.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 #include "flashwatt.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -17,9 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "flashwatt.h"
-#include "sched/controller.h"
-#include "sched/tuning_table.h"
-#include "telemetry/telemetry_internal.h"
+#include "flashwatt_internal.h"
 
 #include "fw_check.h"
 #define CHECK FWT_CHECK

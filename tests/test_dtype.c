@@ -10,7 +10,7 @@
 #include <float.h>
 #include <stdint.h>
 #include "fw_check.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 #include "fw_harness.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 
 #define MAX_BACKENDS 16
 static const char *backends[MAX_BACKENDS];

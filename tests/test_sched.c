@@ -21,8 +21,7 @@
 #include <math.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "sched/sched.h"
-#include "telemetry/telemetry_internal.h"
+#include "flashwatt_internal.h"
 /* the energy windows of `flashwatt bench/tune` (tools/energy.c), tested here on a fake GPU */
 #include "../tools/energy.c"
 
@@ -98,7 +97,7 @@ static const char *run(const fw_policy *pol, fw_dtype dtype, const char **backen
     static char bk[64];
     snprintf(bk, sizeof bk, "%s", fw_context_last_backend(ctx));
     *backend = bk;
-    snprintf(choice, len, "%s", fw_sched_last_choice(ctx));
+    snprintf(choice, len, "%s", fw_sched_last_choice(fw_context_sched(ctx)));
     fw_run_free(&r);
     fw_context_destroy(ctx);
     return choice;
@@ -243,7 +242,7 @@ int main(void)
     {
         fw_context *ctx;
         fw_context_create(&ctx);
-        const char *st = fw_sched_table_status(ctx);
+        const char *st = fw_sched_table_status(fw_context_sched(ctx));
         fwt_case(strstr(st, "no tuning table") != NULL, "missing table status: \"%s\"", st);
         fw_context_destroy(ctx);
         fw_policy f = pol(FW_OBJECTIVE_FASTEST, 0, 0, 0);
@@ -318,7 +317,7 @@ int main(void)
         char msg[256];
         int ok = fw_run_alloc(&r, &c, msg, sizeof msg) == FW_OK;
         ok = ok && fw_run_forward(&r, ctx) == FW_OK;
-        const char *ch = fw_sched_last_choice(ctx);
+        const char *ch = fw_sched_last_choice(fw_context_sched(ctx));
         fwt_case(ok && strstr(ch, "registry order") && strstr(ch, "no tuning table entry"), "entry-less bucket: \"%s\"",
                  ch);
         if (ok) fw_run_free(&r);
@@ -338,7 +337,7 @@ int main(void)
         fw_context *ctx;
         fw_context_create(&ctx);
         char st[1500];
-        snprintf(st, sizeof st, "%s", fw_sched_table_status(ctx));
+        snprintf(st, sizeof st, "%s", fw_sched_table_status(fw_context_sched(ctx)));
         fw_context_destroy(ctx);
         const char *b;
         int ok;
@@ -353,7 +352,7 @@ int main(void)
     {
         fw_context *ctx;
         fw_context_create(&ctx);
-        const char *st = fw_sched_table_status(ctx);
+        const char *st = fw_sched_table_status(fw_context_sched(ctx));
         fwt_case(strstr(st, "unusable") != NULL || strstr(st, "built-in") != NULL, "directory as table: \"%s\"", st);
         fw_context_destroy(ctx);
     }

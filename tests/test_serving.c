@@ -12,8 +12,7 @@
 #include <stdint.h>
 #include "fw_check.h"
 #include "fw_harness.h"
-#include "backends/backend.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 
 static fw_context *ctx;
 static uint64_t next_seed = 24000;

@@ -15,8 +15,7 @@
 #include "suites.h"
 #include "energy.h"
 #include "bandwidth.h"
-#include "sched/sched.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -731,7 +730,7 @@ int fw_cmd_bench(int argc, char **argv)
             if (is_auto) {
                 size_t nl = strlen(row->note);
                 snprintf(row->note + nl, sizeof row->note - nl, "%sran %s: %.200s", nl ? "; " : "",
-                         fw_context_last_backend(ctx), fw_sched_last_choice(ctx));
+                         fw_context_last_backend(ctx), fw_sched_last_choice(fw_context_sched(ctx)));
             }
             fw_report_bench_row(stdout, row);
         }

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include "flashwatt.h"
-#include "core/dtype.h"
+#include "flashwatt_internal.h"
 #include "args.h"
 #include "commands.h"
 #include "fw_harness.h"

@@ -5,7 +5,7 @@
 #include <unistd.h>
 #include "flashwatt.h"
 #include "commands.h"
-#include "sched/sched.h"
+#include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -96,10 +96,12 @@ int fw_cmd_info(int argc, char **argv)
     /* the tuning table the scheduler reads (flashwatt tune writes it) */
     fw_context *ctx = NULL;
     char path[1024];
-    fw_sched_table_path(path, sizeof path);
+    fw_knobs knobs; /* the path a context created now reads */
+    fw_knobs_read(&knobs);
+    fw_sched_table_path(&knobs, path, sizeof path);
     printf("tuning:   %s\n", path);
     if (fw_context_create(&ctx) == FW_OK) {
-        printf("          %s\n", fw_sched_table_status(ctx));
+        printf("          %s\n", fw_sched_table_status(fw_context_sched(ctx)));
         fw_context_destroy(ctx);
     }
     return 0;

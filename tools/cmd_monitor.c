@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include "flashwatt.h"
 #include "commands.h"
-#include "telemetry/telemetry_internal.h"
+#include "flashwatt_internal.h"
 
 #define MON_MAX_GPUS 64
 

@@ -17,9 +17,7 @@
 #include "energy.h"
 #include "fw_harness.h"
 #include "suites.h"
-#include "backends/backend.h"
-#include "sched/sched.h"
-#include "sched/tuning_table.h"
+#include "flashwatt_internal.h"
 
 #define MAX_SHAPES 256
 #define MAX_ITEMS 512
@@ -184,7 +182,7 @@ int fw_cmd_tune(int argc, char **argv)
 
     char path[1024];
     if (cli.out) snprintf(path, sizeof path, "%s", cli.out);
-    else if (fw_sched_table_path(path, sizeof path) != 0) {
+    else if (fw_sched_table_path(&knobs, path, sizeof path) != 0) {
         fprintf(stderr, "flashwatt tune: no table path: %s; pass --out FILE\n", path);
         return 2;
     }

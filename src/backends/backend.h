@@ -66,6 +66,11 @@ int fw_registry_count(void);
 const fw_backend *fw_registry_get(int index);
 const fw_backend *fw_registry_find(const char *name);
 
+/* Device-resident values to the host for fw_context_set_check_device_values (devices.c; the CUDA
+ * backend's copy, which synchronises `stream`). FW_ERR_NOT_IMPLEMENTED in a build without CUDA. */
+fw_status fw_device_values_to_host(fw_device dev, void *stream, void *dst, const void *src, size_t bytes,
+                                   char *msg, size_t msg_len);
+
 /* Helper for backends: printf into the why/err buffer; returns 0 so "return fw_why(...)" reads well. */
 int fw_why(char *buf, size_t len, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -49,7 +49,7 @@ static fw_status run_serving(fw_context *ctx, fw_problem *p, fw_status st, char 
 {
     if (st == FW_OK) st = check_values(ctx, p, msg, len);
     if (st != FW_OK) {
-        fw_api_set_error(ctx, msg);
+        fw_context_set_error(ctx, msg);
         return st;
     }
     p->workspace = ctx->workspace;

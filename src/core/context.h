@@ -1,11 +1,10 @@
-/* The context object behind the opaque fw_context. */
+/* The context object behind the opaque fw_context: the top layer (the public API) owns it. */
 #ifndef FW_CONTEXT_H
 #define FW_CONTEXT_H
 
 #include "flashwatt.h"
 #include "knobs.h"
-
-struct fw_sched_state; /* src/sched/sched.c: tuning table, telemetry, controllers, pacing event */
+#include "sched/sched.h"
 
 struct fw_context {
     char backend[64]; /* "auto" or a backend name */
@@ -21,12 +20,13 @@ struct fw_context {
     int check_device_values; /* fw_context_set_check_device_values */
     char last_error[1024];
     const char *last_backend;
-    struct fw_sched_state *sched; /* created on the first scheduled call; NULL before */
+    fw_sched *sched;  /* tuning table, telemetry, controllers, pacing event */
 };
 
+/* Keeps msg (its head, when long) as the context's last error; NULL ctx is ignored. */
+void fw_context_set_error(fw_context *ctx, const char *msg);
 struct fw_problem;
-/* api.c's error recording and forward dispatch, for the serving entry points (api_serving.c). */
-void fw_api_set_error(fw_context *ctx, const char *msg);
+/* api.c's forward dispatch, for the serving entry points (api_serving.c). */
 fw_status fw_api_run_forward(fw_context *ctx, struct fw_problem *p);
 
 #endif

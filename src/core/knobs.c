@@ -1,4 +1,5 @@
-/* The environment, read once per context (knobs.h). */
+/* The environment, read once per context (and the documented exceptions): the list is in knobs.h.
+ * This is the one file of the library outside the CUDA backend that calls getenv. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 
 const fw_knobs fw_knobs_defaults = {
     .tuning_path = "",
+    .home = "",
     .cuda_wgmma = 1,
     .cuda_flash_config = "",
     .cuda_bwd_atomic = -1,
@@ -24,13 +26,20 @@ static const char *env(const char *name)
     return v && *v ? v : NULL;
 }
 
+static void copy_env(const char *name, char *buf, size_t len)
+{
+    const char *v = env(name);
+    snprintf(buf, len, "%s", v ? v : "");
+}
+
 void fw_knobs_read(fw_knobs *k)
 {
     const char *v;
     *k = fw_knobs_defaults;
-    if ((v = env("FLASHWATT_TUNING"))) snprintf(k->tuning_path, sizeof k->tuning_path, "%s", v);
+    copy_env("FLASHWATT_TUNING", k->tuning_path, sizeof k->tuning_path);
+    copy_env("HOME", k->home, sizeof k->home);
     if ((v = env("FW_CUDA_FLASH_WG"))) k->cuda_wgmma = strcmp(v, "0") != 0;
-    if ((v = env("FW_CUDA_FLASH_CONFIG"))) snprintf(k->cuda_flash_config, sizeof k->cuda_flash_config, "%s", v);
+    copy_env("FW_CUDA_FLASH_CONFIG", k->cuda_flash_config, sizeof k->cuda_flash_config);
     if ((v = env("FW_CUDA_BWD_DQ"))) k->cuda_bwd_atomic = !strcmp(v, "atomic") ? 1 : !strcmp(v, "deterministic") ? 0 : -1;
     if ((v = env("FW_CUDA_BWD_TC"))) k->cuda_bwd_tensor_cores = strcmp(v, "0") != 0;
     if ((v = env("FW_CUDA_BWD_TC_VARIANT"))) k->cuda_bwd_variant = atoi(v);
@@ -39,4 +48,12 @@ void fw_knobs_read(fw_knobs *k)
     if ((v = env("FW_F32_WG1_STAGE0"))) k->f32_wg1_stage0 = atoi(v) != 0;
     if ((v = env("FW_CUDA_PERSIST_BLOCKS")) && atoi(v) > 0) k->f32_persist_blocks = atoi(v);
     if ((v = env("FW_F32_DELAY"))) k->f32_delay = atoi(v) > 0 ? atoi(v) : 0;
+}
+
+void fw_knobs_read_simd(char *buf, size_t len) { copy_env("FLASHWATT_SIMD", buf, len); }
+
+void fw_knobs_read_telemetry(fw_telemetry_knobs *k)
+{
+    copy_env("FLASHWATT_NVML_LIB", k->nvml_lib, sizeof k->nvml_lib);
+    copy_env("FLASHWATT_POWERCAP_ROOT", k->powercap_root, sizeof k->powercap_root);
 }

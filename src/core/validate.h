@@ -37,11 +37,6 @@ fw_status fw_validate_serving_values(const fw_problem *p, const int32_t *cu_seql
 void fw_serving_value_counts(const fw_problem *p, int64_t *n_cu_q, int64_t *n_cu_k, int64_t *n_seqlens,
                              int64_t *n_table);
 
-/* Device-resident values to the host for fw_context_set_check_device_values (devices.c; the CUDA
- * backend's copy, which synchronises `stream`). FW_ERR_NOT_IMPLEMENTED in a build without CUDA. */
-fw_status fw_device_values_to_host(fw_device dev, void *stream, void *dst, const void *src, size_t bytes,
-                                   char *msg, size_t msg_len);
-
 /* The single-tensor checks of validate.c, shared with validate_serving.c. */
 fw_status fw_check_tensor(const char *name, const fw_tensor *t, int is_output, char *msg, size_t msg_len);
 fw_status fw_check_same(const char *an, const fw_tensor *a, const char *bn, const fw_tensor *b, char *msg,

@@ -34,7 +34,9 @@ typedef struct sched_slot {
     char note[200];                          /* why no entry / why the policy fell back */
 } sched_slot;
 
-struct fw_sched_state {
+struct fw_sched {
+    char tuning_path[1024]; /* the knobs' FLASHWATT_TUNING, "" = the default path */
+    char home[1024];        /* $HOME as the knobs read it */
     int table_loaded;
     fw_tuning_table table;
     char table_path[1024];
@@ -69,15 +71,13 @@ void fw_sched_device_name(fw_device d, char *buf, size_t len)
     else snprintf(buf, len, "cpu");
 }
 
-int fw_sched_table_path(char *buf, size_t len)
+static int table_path(const char *tuning_path, const char *home, char *buf, size_t len)
 {
-    const char *env = getenv("FLASHWATT_TUNING");
-    if (env && env[0]) {
-        snprintf(buf, len, "%s", env);
+    if (tuning_path[0]) {
+        snprintf(buf, len, "%s", tuning_path);
         return 0;
     }
-    const char *home = getenv("HOME");
-    if (!home || !home[0]) {
+    if (!home[0]) {
         snprintf(buf, len, "(no $HOME and no $FLASHWATT_TUNING)");
         return -1;
     }
@@ -89,7 +89,13 @@ int fw_sched_table_path(char *buf, size_t len)
     return 0;
 }
 
-static const char *state_device_name(struct fw_sched_state *s, fw_device d, char *buf, size_t len)
+int fw_sched_table_path(const fw_knobs *knobs, char *buf, size_t len)
+{
+    if (!knobs) knobs = &fw_knobs_defaults;
+    return table_path(knobs->tuning_path, knobs->home, buf, len);
+}
+
+static const char *state_device_name(fw_sched *s, fw_device d, char *buf, size_t len)
 {
     if (d.kind != FW_DEVICE_CUDA || d.index < 0 || d.index >= MAX_DEV) {
         fw_sched_device_name(d, buf, len);
@@ -183,19 +189,19 @@ int fw_sched_select(const fw_tuning_table *t, const fw_tune_key *k, fw_dtype dty
 }
 
 /* ---- state ----------------------------------------------------------------------------------- */
-static struct fw_sched_state *state_of(fw_context *ctx)
+fw_sched *fw_sched_create(const fw_knobs *knobs)
 {
-    if (!ctx->sched) {
-        struct fw_sched_state *s = (struct fw_sched_state *)calloc(1, sizeof *s);
-        if (!s) return NULL;
-        for (int i = 0; i < MAX_DEV; i++) s->nvml_gpu[i] = -2;
-        fw_tune_init(&s->table);
-        ctx->sched = s;
-    }
-    return ctx->sched;
+    fw_sched *s = (fw_sched *)calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (!knobs) knobs = &fw_knobs_defaults;
+    snprintf(s->tuning_path, sizeof s->tuning_path, "%s", knobs->tuning_path);
+    snprintf(s->home, sizeof s->home, "%s", knobs->home);
+    for (int i = 0; i < MAX_DEV; i++) s->nvml_gpu[i] = -2;
+    fw_tune_init(&s->table);
+    return s;
 }
 
-void fw_sched_state_free(struct fw_sched_state *s)
+void fw_sched_destroy(fw_sched *s)
 {
     if (!s) return;
 #ifdef FW_HAVE_CUDA
@@ -214,19 +220,19 @@ void fw_sched_state_free(struct fw_sched_state *s)
     free(s);
 }
 
-void fw_sched_policy_changed(fw_context *ctx)
+void fw_sched_policy_changed(fw_sched *s)
 {
-    if (!ctx || !ctx->sched) return;
-    memset(ctx->sched->slots, 0, sizeof ctx->sched->slots);
-    ctx->sched->next_slot = 0;
+    if (!s) return;
+    memset(s->slots, 0, sizeof s->slots);
+    s->next_slot = 0;
 }
 
-static void load_table(struct fw_sched_state *s)
+static void load_table(fw_sched *s)
 {
     if (s->table_loaded) return;
     s->table_loaded = 1;
     char why[1200] = "";
-    if (fw_sched_table_path(s->table_path, sizeof s->table_path) != 0) {
+    if (table_path(s->tuning_path, s->home, s->table_path, sizeof s->table_path) != 0) {
         snprintf(s->table_msg, sizeof s->table_msg, "no tuning table path %s: built-in defaults", s->table_path);
         return;
     }
@@ -249,21 +255,17 @@ static void load_table(struct fw_sched_state *s)
     }
 }
 
-const char *fw_sched_table_status(fw_context *ctx)
+const char *fw_sched_table_status(fw_sched *s)
 {
-    struct fw_sched_state *s = ctx ? state_of(ctx) : NULL;
-    if (!s) return "no context";
+    if (!s) return "no scheduler";
     load_table(s);
     return s->table_msg;
 }
 
-const char *fw_sched_last_choice(const fw_context *ctx)
-{
-    return ctx && ctx->sched ? ctx->sched->last : "";
-}
+const char *fw_sched_last_choice(const fw_sched *s) { return s ? s->last : ""; }
 
 /* ---- telemetry and pacing -------------------------------------------------------------------- */
-static int nvml_index(struct fw_sched_state *s, int cuda_index)
+static int nvml_index(fw_sched *s, int cuda_index)
 {
     if (!s->tel_tried) {
         s->tel_tried = 1;
@@ -285,7 +287,7 @@ static int nvml_index(struct fw_sched_state *s, int cuda_index)
 }
 
 /* The gap must be device idle: wait for the previous launch (its event), then sleep. */
-static void pace(struct fw_sched_state *s, const fw_controller *c)
+static void pace(fw_sched *s, const fw_controller *c)
 {
     if (!(fw_ctrl_gap_us(c) > 0)) return;
 #ifdef FW_HAVE_CUDA
@@ -298,11 +300,10 @@ static void pace(struct fw_sched_state *s, const fw_controller *c)
     fw_ctrl_sleep_gap(c);
 }
 
-void fw_sched_after_launch(fw_context *ctx, const fw_problem *p)
+void fw_sched_after_launch(fw_sched *s, const fw_sched_request *rq, const fw_problem *p)
 {
 #ifdef FW_HAVE_CUDA
-    struct fw_sched_state *s = ctx ? ctx->sched : NULL;
-    if (!s || !p || p->device.kind != FW_DEVICE_CUDA) return;
+    if (!s || !rq || !p || p->device.kind != FW_DEVICE_CUDA) return;
     int any_ctrl = 0;
     for (int i = 0; i < SLOTS; i++) any_ctrl |= s->slots[i].used && s->slots[i].has_ctrl;
     if (!any_ctrl) return;
@@ -326,11 +327,12 @@ void fw_sched_after_launch(fw_context *ctx, const fw_problem *p)
             s->event_device = p->device.index;
         }
     }
-    if (s->event) s->event_recorded = cudaEventRecord((cudaEvent_t)s->event, (cudaStream_t)ctx->stream) == cudaSuccess;
+    if (s->event) s->event_recorded = cudaEventRecord((cudaEvent_t)s->event, (cudaStream_t)rq->stream) == cudaSuccess;
     (void)cudaGetLastError();
     if (prev != p->device.index) cudaSetDevice(prev);
 #else
-    (void)ctx;
+    (void)s;
+    (void)rq;
     (void)p;
 #endif
 }
@@ -369,7 +371,7 @@ static int entry_usable(const fw_tune_entry *e, void *argp)
     return 1;
 }
 
-static sched_slot *build_slot(struct fw_sched_state *s, fw_context *ctx, const fw_problem *p, const fw_tune_key *k)
+static sched_slot *build_slot(fw_sched *s, const fw_policy *pol, const fw_problem *p, const fw_tune_key *k)
 {
     sched_slot *sl = &s->slots[s->next_slot];
     s->next_slot = (s->next_slot + 1) % SLOTS;
@@ -381,13 +383,13 @@ static sched_slot *build_slot(struct fw_sched_state *s, fw_context *ctx, const f
     sl->requested = p->precision;
     int n = 0;
     char why[256] = "";
-    int pick = fw_sched_select(&s->table, k, p->dtype, p->precision, &ctx->policy, NULL, NULL, NULL, NULL, why,
+    int pick = fw_sched_select(&s->table, k, p->dtype, p->precision, pol, NULL, NULL, NULL, NULL, why,
                                sizeof why);
     (void)pick;
     /* gather the usable candidates with their resolved configurations */
     for (int i = 0; i < s->table.n && n < FW_CTRL_MAX_POINTS; i++) {
         const fw_tune_entry *e = &s->table.e[i];
-        if (!fw_tune_key_equal(&e->key, k) || !fw_sched_precision_allowed(e, p->dtype, p->precision, &ctx->policy))
+        if (!fw_tune_key_equal(&e->key, k) || !fw_sched_precision_allowed(e, p->dtype, p->precision, pol))
             continue;
         usable_arg a;
         memset(&a, 0, sizeof a);
@@ -412,7 +414,6 @@ static sched_slot *build_slot(struct fw_sched_state *s, fw_context *ctx, const f
         snprintf(sl->note, sizeof sl->note, "%.190s", why[0] ? why : "no usable tuning table entry for this bucket");
         return sl;
     }
-    const fw_policy *pol = &ctx->policy;
     /* the loop needs this GPU's power / temperature readings; without them the static plan runs */
     const int dynamic = (pol->power_cap_w > 0 || pol->temperature_limit_c > 0) && p->device.kind == FW_DEVICE_CUDA &&
                         nvml_index(s, p->device.index) >= 0;
@@ -441,7 +442,7 @@ static sched_slot *build_slot(struct fw_sched_state *s, fw_context *ctx, const f
     return sl;
 }
 
-static sched_slot *find_slot(struct fw_sched_state *s, fw_context *ctx, const fw_problem *p, const fw_tune_key *k)
+static sched_slot *find_slot(fw_sched *s, const fw_policy *pol, const fw_problem *p, const fw_tune_key *k)
 {
     for (int i = 0; i < SLOTS; i++) {
         sched_slot *sl = &s->slots[i];
@@ -449,14 +450,13 @@ static sched_slot *find_slot(struct fw_sched_state *s, fw_context *ctx, const fw
             sl->requested == p->precision && fw_tune_key_equal(&sl->key, k))
             return sl;
     }
-    return build_slot(s, ctx, p, k);
+    return build_slot(s, pol, p, k);
 }
 
 /* 1 with *b and *cfg from the table, 0 to fall back to registry order. */
-static int choose_from_table(fw_context *ctx, const fw_problem *p, const fw_backend **b, fw_config *cfg)
+static int choose_from_table(fw_sched *s, const fw_policy *pol, const fw_problem *p, const fw_backend **b,
+                             fw_config *cfg)
 {
-    struct fw_sched_state *s = state_of(ctx);
-    if (!s) return 0;
     load_table(s);
     if (s->table.n == 0) {
         snprintf(s->last, sizeof s->last, "registry order (%.280s)", s->table_msg);
@@ -470,7 +470,7 @@ static int choose_from_table(fw_context *ctx, const fw_problem *p, const fw_back
     }
     char name[64];
     fw_tune_key k = key_named(p, state_device_name(s, p->device, name, sizeof name)); /* cached name */
-    sched_slot *sl = find_slot(s, ctx, p, &k);
+    sched_slot *sl = find_slot(s, pol, p, &k);
     if (sl->n == 0) {
         snprintf(s->last, sizeof s->last, "registry order (%.280s)", sl->note);
         return 0;
@@ -503,15 +503,15 @@ static void default_config(const fw_backend *b, const fw_problem *p, fw_config *
     cfg->precision = p->precision;
 }
 
-const fw_backend *fw_sched_choose(fw_context *ctx, const fw_problem *p, fw_pass pass, fw_config *cfg, fw_status *st,
-                                  char *msg, size_t msg_len)
+const fw_backend *fw_sched_choose(fw_sched *s, const fw_sched_request *rq, const fw_problem *p, fw_pass pass,
+                                  fw_config *cfg, fw_status *st, char *msg, size_t msg_len)
 {
     char why[512];
-    if (strcmp(ctx->backend, "auto") != 0) {
-        const fw_backend *b = fw_registry_find(ctx->backend);
+    if (strcmp(rq->backend, "auto") != 0) {
+        const fw_backend *b = fw_registry_find(rq->backend);
         if (!b) {
             *st = FW_ERR_NO_BACKEND;
-            snprintf(msg, msg_len, "backend '%s' is not compiled into this build", ctx->backend);
+            snprintf(msg, msg_len, "backend '%s' is not compiled into this build", rq->backend);
             return NULL;
         }
         if (b->device != p->device.kind) {
@@ -540,9 +540,9 @@ const fw_backend *fw_sched_choose(fw_context *ctx, const fw_problem *p, fw_pass 
     }
     if (pass == FW_PASS_FORWARD) {
         const fw_backend *b = NULL;
-        if (choose_from_table(ctx, p, &b, cfg)) return b;
-    } else if (ctx->sched) {
-        snprintf(ctx->sched->last, sizeof ctx->sched->last, "registry order (backward)");
+        if (s && choose_from_table(s, rq->policy, p, &b, cfg)) return b;
+    } else if (s) {
+        snprintf(s->last, sizeof s->last, "registry order (backward)");
     }
     size_t used = (size_t)snprintf(msg, msg_len, "no backend can run this problem:");
     for (int i = 0; i < fw_registry_count(); i++) {

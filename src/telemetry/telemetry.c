@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include "telemetry_internal.h"
+#include "core/knobs.h"
 
 #define FW_TEL_DEFAULT_PERIOD_MS 20
 #define FW_TEL_DEFAULT_CAPACITY 4096
@@ -93,10 +94,11 @@ fw_status fw_telemetry_open(fw_telemetry **out)
     *out = NULL;
     char why_gpu[256] = "", why_cpu[256] = "";
     fw_tel_source gpu, cpu;
-    const char *lib = getenv("FLASHWATT_NVML_LIB"); /* override, e.g. to test the absent path */
-    int have_gpu = fw_tel_nvml_open(lib && *lib ? lib : NULL, &gpu, why_gpu, sizeof why_gpu) == 0;
-    const char *root = getenv("FLASHWATT_POWERCAP_ROOT");
-    int have_cpu = fw_tel_powercap_open(root && *root ? root : NULL, &cpu, why_cpu, sizeof why_cpu) == 0;
+    fw_telemetry_knobs knobs; /* read per telemetry object, e.g. to test the absent paths (knobs.h) */
+    fw_knobs_read_telemetry(&knobs);
+    int have_gpu = fw_tel_nvml_open(knobs.nvml_lib[0] ? knobs.nvml_lib : NULL, &gpu, why_gpu, sizeof why_gpu) == 0;
+    int have_cpu =
+        fw_tel_powercap_open(knobs.powercap_root[0] ? knobs.powercap_root : NULL, &cpu, why_cpu, sizeof why_cpu) == 0;
     fw_status st = fw_telemetry_open_with_source(out, have_gpu ? &gpu : NULL, have_cpu ? &cpu : NULL);
     if (st != FW_OK) {
         if (have_gpu && gpu.close) gpu.close(gpu.state);

@@ -1,10 +1,15 @@
-/* Which SIMD code the CPU backends run, chosen once at run time from CPUID
- * (FLASHWATT_SIMD=scalar|avx2|avx512 in the environment lowers it, for tests). */
-#include <stdlib.h>
+/* Which SIMD code the CPU backends run, chosen once per process from CPUID; FLASHWATT_SIMD
+ * (scalar|avx2|avx512, src/core/knobs.h) lowers it, for tests. */
+#include <pthread.h>
 #include <string.h>
+#include "flashwatt.h" /* fw_cpu_simd_level, exported */
 #include "cpu_features.h"
+#include "core/knobs.h"
 
-static fw_simd detect(void)
+static fw_simd level;
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+
+static void detect(void)
 {
     fw_simd best = FW_SIMD_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)
@@ -14,22 +19,19 @@ static fw_simd detect(void)
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         best = FW_SIMD_AVX512;
 #endif
-    const char *env = getenv("FLASHWATT_SIMD");
-    if (env) {
-        fw_simd want = best;
-        if (strcmp(env, "scalar") == 0) want = FW_SIMD_SCALAR;
-        else if (strcmp(env, "avx2") == 0) want = FW_SIMD_AVX2;
-        else if (strcmp(env, "avx512") == 0) want = FW_SIMD_AVX512;
-        if (want < best) best = want;
-    }
-    return best;
+    char want[32];
+    fw_knobs_read_simd(want, sizeof want);
+    fw_simd lowered = best;
+    if (strcmp(want, "scalar") == 0) lowered = FW_SIMD_SCALAR;
+    else if (strcmp(want, "avx2") == 0) lowered = FW_SIMD_AVX2;
+    else if (strcmp(want, "avx512") == 0) lowered = FW_SIMD_AVX512;
+    level = lowered < best ? lowered : best;
 }
 
 fw_simd fw_cpu_simd(void)
 {
-    static int cached = -1; /* benign race: every thread computes the same value */
-    if (cached < 0) cached = (int)detect();
-    return (fw_simd)cached;
+    pthread_once(&level_once, detect);
+    return level;
 }
 
 const char *fw_cpu_simd_level(void)

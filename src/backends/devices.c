@@ -1,13 +1,14 @@
-/* Device discovery that core and the tools share, and the copy of device-resident values to the
+/* Device discovery of the public API (fw_cuda_device_count), answered by the CUDA backend where it is
+ * compiled in (sched and the tools ask through it too), and the copy of device-resident values to the
  * host that fw_context_set_check_device_values asks for. */
 #include <stdio.h>
 #include "flashwatt.h"
-#include "validate.h"
+#include "backends/backend.h"
 
 #ifdef FW_HAVE_CUDA
-int fw_cuda_count_devices(void); /* src/backends/cuda/cuda_common.cu */
+int fw_cuda_count_devices(void); /* src/backends/cuda/common/cuda_common.cu */
 fw_status fw_cuda_values_to_host(int device, void *stream, void *dst, const void *src, size_t bytes, char *msg,
-                                 size_t msg_len); /* src/backends/cuda/cuda_common.cu */
+                                 size_t msg_len); /* src/backends/cuda/common/cuda_common.cu */
 int fw_cuda_device_count(void) { return fw_cuda_count_devices(); }
 #else
 int fw_cuda_device_count(void) { return 0; }
