@@ -8,7 +8,7 @@
  *   api     fw_attention_backward through the backend table (FW_BWD_SKIP_API=1 skips it)
  *   cores   f16/bf16 only: "bwd-atomic" with FW_CUDA_BWD_TC=0, i.e. the CUDA-core kernels that f16/bf16
  *           shapes the tensor-core kernels do not take fall back to
- *   mater   fw_cuda_backward with "bwd-materialize" (bwd_materialize.cu: S/P, dP/dS stored, cuBLAS), no
+ *   mater   fw_cuda_backward with "bwd-materialize" (bwd/materialize.cu: S/P, dP/dS stored, cuBLAS), no
  *           memory budget (one chunk), run twice: the second result must be bit-identical to the first
  *   matchk  fw_attention_backward with fw_context_set_memory_budget(fixed + 3 slices) on a deterministic
  *           context: for f32 at head_dim > 64 the budget rule must pick the materialised backward (the
@@ -16,7 +16,8 @@
  *           (GQA groups above 3 heads in passes accumulating dK/dV); the device workspace peak must
  *           show it ran (FW_BWD_SKIP_API=1 skips it)
  * f16/bf16 with head_dim <= 128 (multiple of 8) run the tensor-core kernels in determ/atomic/api;
- * FW_BWD_TC_SWEEP=1 repeats the suite's 16-bit cases for every tensor-core variant.
+ * FW_BWD_TC_SWEEP=1 repeats the suite's 16-bit cases for every tensor-core record of their head dim
+ * (FW_CUDA_BWD_CONFIG=<record>, in both dQ modes).
  * and compared with cpu-ref's backward (float64 accumulation) on f32 copies of the same inputs.
  * Unwritten elements (poison left inside the view), stray writes (padding of padded rows changed)
  * and NaNs fail a case.
@@ -33,6 +34,8 @@
  *   gpu_backward --quick    three small runs (for compute-sanitizer)
  *   gpu_backward --bench [REPS]  fwd and bwd (both dQ modes) timings on the FA grid, bf16 causal; column
  *                           "mat": the materialised backward where all its slices fit 8 GiB at once
+ *   gpu_backward --list-variants  the backward's records (kernels.tsv), "D ARCH NAME" a line: the names that
+ *                           FW_CUDA_BWD_CONFIG takes (bench/device.sh loops over them)
  *   gpu_backward --cpu      the same flow on the host with the tiled CPU backward standing in (checks
  *                           this program's logic where there is no GPU; not a test of the kernels)
  * Exit 77 where there is no CUDA device; 1 when a case fails. */
@@ -44,7 +47,8 @@
 #include "backends/backend.h"
 #include "core/dtype.h"
 #include "core/validate.h"
-#include "backends/cuda/bwd/bwd_materialize.h"
+#include "backends/cuda/bwd/heuristics.h"
+#include "backends/cuda/bwd/materialize.h"
 #include "flashwatt.h"
 
 #ifndef FW_HAVE_CUDA
@@ -532,27 +536,27 @@ static double bench_mat(const fw_problem *p0, int reps, double *t)
     return ms;
 }
 
-/* Tensor-core variants of the longest list (bwd_tc_d64.cu; at head_dim 128 an index past its list
- * runs variant 0). */
-enum { BWD_TC_VARIANTS = 11 };
+/* The tensor-core records of padded head dim d, at most max, into out; their count. */
+enum { BENCH_MAX_RECORDS = 24 };
+static int tc_records(int d, const fw_bwd_record **out, int max)
+{
+    int n = 0, count = 0;
+    const fw_bwd_record *rs = fw_bwd_records_of(d, &n);
+    for (int i = 0; i < n && count < max; i++)
+        if (rs[i].kernel != FW_BWD_CORES) out[count++] = &rs[i];
+    return count;
+}
+
+/* FW_CUDA_BWD_CONFIG=name (NULL: unset) for the direct calls that follow. */
+static void set_bwd_config(const char *name)
+{
+    if (name) setenv("FW_CUDA_BWD_CONFIG", name, 1);
+    else unsetenv("FW_CUDA_BWD_CONFIG");
+    fw_knobs_read(&test_knobs);
+}
 
 static void bench(int reps)
 {
-    /* columns: the default tensor-core variant of each dQ mode (det, atom), then every variant per mode */
-    enum { NVAR = BWD_TC_VARIANTS, NCOL = 2 + 2 * NVAR };
-    const char *col_cfg[NCOL], *col_var[NCOL]; /* col_var NULL: the mode's default */
-    char var_names[NVAR][8], col_name[NCOL][16];
-    for (int v = 0; v < NVAR; v++) snprintf(var_names[v], sizeof var_names[v], "%d", v);
-    for (int i = 0; i < NCOL; i++) {
-        const int det = i == 0 || i >= 2 + NVAR;
-        col_cfg[i] = det ? "bwd-deterministic" : "bwd-atomic";
-        col_var[i] = i < 2 ? NULL : var_names[(i - 2) % NVAR];
-        if (i < 2) snprintf(col_name[i], sizeof col_name[i], "%s", det ? "det" : "atom");
-        else snprintf(col_name[i], sizeof col_name[i], "%s_v%s", det ? "det" : "atom", col_var[i]);
-    }
-    printf("%4s %6s %3s %3s %8s", "D", "L", "B", "H", "fwd_ms");
-    for (int i = 0; i < NCOL; i++) printf(" %9s", col_name[i]);
-    printf(" %9s %9s %9s\n", "TF/s_det", "TF/s_atom", "mat");
     const int Ds[2] = {64, 128};
     /* FW_BWD_BENCH_ONLY=D:L runs one shape (for profilers) */
     int only_d = 0;
@@ -566,9 +570,28 @@ static void bench(int reps)
     const char *minl_s = getenv("FW_BWD_BENCH_MINL"); /* default 1024 */
     const long long minl = minl_s && atoll(minl_s) > 0 ? atoll(minl_s) : 1024;
     printf("# dtype %s\n", fw_dtype_name(bench_dt));
-    for (int di = 0; di < 2; di++)
+    for (int di = 0; di < 2; di++) {
+        if (only_d && only_d != Ds[di]) continue;
+        /* columns: the default record of each dQ mode (det, atom), then every tensor-core record v<i> per mode */
+        const fw_bwd_record *recs[BENCH_MAX_RECORDS];
+        const int nvar = tc_records(Ds[di], recs, BENCH_MAX_RECORDS), ncol = 2 + 2 * nvar;
+        const char *col_cfg[2 + 2 * BENCH_MAX_RECORDS], *col_rec[2 + 2 * BENCH_MAX_RECORDS]; /* NULL: the default */
+        char col_name[2 + 2 * BENCH_MAX_RECORDS][16];
+        printf("# D=%d:", Ds[di]);
+        for (int v = 0; v < nvar; v++) printf(" v%d %s%s", v, recs[v]->name, v + 1 < nvar ? "," : "");
+        printf("\n");
+        for (int i = 0; i < ncol; i++) {
+            const int det = i == 0 || i >= 2 + nvar;
+            col_cfg[i] = det ? "bwd-deterministic" : "bwd-atomic";
+            col_rec[i] = i < 2 ? NULL : recs[(i - 2) % nvar]->name;
+            if (i < 2) snprintf(col_name[i], sizeof col_name[i], "%s", det ? "det" : "atom");
+            else snprintf(col_name[i], sizeof col_name[i], "%s_v%d", det ? "det" : "atom", (i - 2) % nvar);
+        }
+        printf("%4s %6s %3s %3s %8s", "D", "L", "B", "H", "fwd_ms");
+        for (int i = 0; i < ncol; i++) printf(" %9s", col_name[i]);
+        printf(" %9s %9s %9s\n", "TF/s_det", "TF/s_atom", "mat");
         for (int64_t L = minl; L <= maxl; L *= 2) {
-            if (only_d && (only_d != Ds[di] || only_l != L)) continue;
+            if (only_d && only_l != L) continue;
             fw_case c = fw_case_default();
             c.batch = 16384 / L; c.heads = c.kv_heads = 2048 / Ds[di]; c.seqlen_q = c.seqlen_k = L;
             c.head_dim = Ds[di]; c.dtype = bench_dt; c.device.kind = FW_DEVICE_CUDA; c.device.index = 0;
@@ -578,7 +601,7 @@ static void bench(int reps)
             if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK) { printf("setup failed: %s\n", msg); failed++; continue; }
             fw_context *ctx = NULL;
             if (fw_context_create(&ctx) != FW_OK) exit(2);
-            double fwd_ms = 0, bwd_ms[NCOL] = {0};
+            double fwd_ms = 0, bwd_ms[2 + 2 * BENCH_MAX_RECORDS] = {0};
             fw_status st = fw_run_forward(&r, ctx);
             if (st == FW_OK) st = fw_run_time(&r, ctx, 2, reps, &fwd_ms);
             if (st != FW_OK) { printf("forward failed: %s\n", fw_context_last_error(ctx)); failed++; }
@@ -593,18 +616,17 @@ static void bench(int reps)
             if (st == FW_OK)
                 st = fw_validate_backward(&r.q, &r.k, &r.v, &r.o, r.lse, &tdo, &tdq, &tdk, &tdv, &c.params, &p, err, sizeof err);
             double *t = (double *)malloc((size_t)reps * sizeof(double));
-            for (int mode = 0; mode < NCOL && st == FW_OK; mode++) {
-                if (col_var[mode]) setenv("FW_CUDA_BWD_TC_VARIANT", col_var[mode], 1);
-                else unsetenv("FW_CUDA_BWD_TC_VARIANT");
+            for (int mode = 0; mode < ncol && st == FW_OK; mode++) {
+                set_bwd_config(col_rec[mode]);
                 st = time_backward(&p, col_cfg[mode], reps, t, &bwd_ms[mode], err, sizeof err);
                 if (st != FW_OK) { printf("backward failed: %s\n", err); failed++; break; }
             }
-            unsetenv("FW_CUDA_BWD_TC_VARIANT");
+            set_bwd_config(NULL);
             const double mat_ms = st == FW_OK ? bench_mat(&p, reps, t) : -1.0;
             const double f = fw_run_flops(&r);
             if (st == FW_OK) {
                 printf("%4d %6lld %3lld %3lld %8.3f", Ds[di], (long long)L, (long long)c.batch, (long long)c.heads, fwd_ms);
-                for (int i = 0; i < NCOL; i++) printf(" %9.3f", bwd_ms[i]);
+                for (int i = 0; i < ncol; i++) printf(" %9.3f", bwd_ms[i]);
                 printf(" %9.1f %9.1f", 3.5 * f / ((fwd_ms + bwd_ms[0]) * 1e-3) / 1e12,
                        3.5 * f / ((fwd_ms + bwd_ms[1]) * 1e-3) / 1e12);
             }
@@ -616,6 +638,7 @@ static void bench(int reps)
             fw_context_destroy(ctx);
             fw_run_free(&r);
         }
+    }
 }
 
 int main(int argc, char **argv)
@@ -625,8 +648,14 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--cpu")) use_cpu = 1;
+        else if (!strcmp(argv[i], "--list-variants")) {
+            for (int r = 0; r < fw_bwd_nrecords; r++)
+                printf("%d %s %s\n", fw_bwd_records[r].d, fw_bwd_records[r].arch == 90 ? "sm90a" : "sm80",
+                       fw_bwd_records[r].name);
+            return 0;
+        }
         else if (!strcmp(argv[i], "--bench")) bench_reps = i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9' ? atoi(argv[++i]) : 5;
-        else { fprintf(stderr, "usage: gpu_backward [--quick] [--cpu] [--bench REPS]\n"); return 2; }
+        else { fprintf(stderr, "usage: gpu_backward [--quick] [--cpu] [--bench REPS] [--list-variants]\n"); return 2; }
     }
     if (!use_cpu && fw_cuda_device_count() < 1) {
         printf("gpu_backward: skipped (no CUDA device)\n");
@@ -673,19 +702,17 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < ncs; i++)
             for (int d = 0; d < 3; d++) run_case(&cs[i], dts[d], modes, 100 + 3 * i + (uint64_t)d);
         const char *sweep = getenv("FW_BWD_TC_SWEEP");
-        if (sweep && !strcmp(sweep, "1") && !use_cpu)
-            for (int v = 0; v < BWD_TC_VARIANTS; v++) { /* every variant, defaults included (they differ per mode) */
-                char vs[8];
-                snprintf(vs, sizeof vs, "%d", v);
-                setenv("FW_CUDA_BWD_TC_VARIANT", vs, 1);
-                fw_knobs_read(&test_knobs);
-                printf("-- tensor-core variant %d\n", v);
-                for (size_t i = 0; i < ncs; i++)
-                    if (cs[i].D <= 128 && cs[i].D % 8 == 0)
-                        for (int d = 1; d < 3; d++) run_case(&cs[i], dts[d], 3, 500 + 3 * i + (uint64_t)d);
-                unsetenv("FW_CUDA_BWD_TC_VARIANT");
-                fw_knobs_read(&test_knobs);
-            }
+        for (int ri = 0; sweep && !strcmp(sweep, "1") && !use_cpu && ri < fw_bwd_nrecords; ri++) {
+            /* every tensor-core record, defaults included (they differ per mode), on its head dim's cases */
+            const fw_bwd_record *rec = &fw_bwd_records[ri];
+            if (rec->kernel == FW_BWD_CORES) continue;
+            set_bwd_config(rec->name);
+            printf("-- tensor-core record %s (head dim %d)\n", rec->name, rec->d);
+            for (size_t i = 0; i < ncs; i++)
+                if (cs[i].D <= 128 && cs[i].D % 8 == 0 && fw_bwd_padded_dim(cs[i].D) == rec->d)
+                    for (int d = 1; d < 3; d++) run_case(&cs[i], dts[d], 3, 500 + 3 * i + (uint64_t)d);
+            set_bwd_config(NULL);
+        }
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -19,8 +19,9 @@ typedef struct fw_knobs {
     int cuda_bwd_atomic;
     /* FW_CUDA_BWD_TC=0: the CUDA-core backward even for f16/bf16 (default 1) */
     int cuda_bwd_tensor_cores;
-    /* FW_CUDA_BWD_TC_VARIANT=n: a tensor-core backward variant by index (-1 = the heuristics') */
-    int cuda_bwd_variant;
+    /* FW_CUDA_BWD_CONFIG: the CUDA backward's kernels by record name, in whichever dQ mode runs ("" = the
+     * heuristics'; `gpu_backward --list-variants` prints the names) */
+    char cuda_bwd_config[48];
     /* FW_CUDA_WS_CACHE_MB: scratch kept per stream between calls, MB (default 256) */
     long long cuda_ws_cache_mb;
     /* FW_F32_KV_SPLITS=n: cuda-flash-f32's key ranges per query block (0 = the heuristics') */
