@@ -224,8 +224,9 @@ cmd_sanitize() {
         for cfg in $HOPPER_CFGS; do
             san $tool "gpu_cuda_flash:$cfg" "FW_CUDA_FLASH_CONFIG=$cfg" gpu_cuda_flash --quick
         done
-        for var in 5 6 7 8 9 10; do # the wgmma backward variants (Hopper)
-            san $tool "gpu_backward:v$var" "FW_CUDA_BWD_TC_VARIANT=$var" gpu_backward --quick
+        # the wgmma backward records of the --quick cases' head dim (Hopper), by name
+        for var in $("$BUILD/gpu_backward" --list-variants | awk '$1 == 64 && $2 == "sm90a" {print $3}'); do
+            san $tool "gpu_backward:$var" "FW_CUDA_BWD_CONFIG=$var" gpu_backward --quick
         done
     done
 }
