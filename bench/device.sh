@@ -16,18 +16,18 @@ Commands run in the order given (minutes on one H100 in brackets):
   help      this text (runs anywhere)
   build     configure (Release, with ptxas's resource report) and build into the build directory [2-5]
   test      ctest -L gpu: every GPU correctness program against the float64 reference [3]
-  sanitize  compute-sanitizer memcheck, racecheck and synccheck on gpu_cuda_flash --quick,
-            gpu_backward --quick and gpu_cuda_f32 --small [6-8]
+  sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid,
+            backward, f32 with its forced paths) and gpu_serving --quick [6-8]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
             memory of cuda-naive vs cuda-flash at L 4k and 16k [4]
   bwd       forward+backward on the grid (bf16, causal) beside SDPA flash and cudnn
-            (bench/sdpa_bwd.py); the backward alone for every kernel variant (gpu_backward
-            --bench); each kernel's device time in one step (bench/profile_step.py) [5]
+            (bench/sdpa_bwd.py); the backward alone for every kernel variant (test_attention perf
+            --section fwdbwd); each kernel's device time in one step (bench/profile_step.py) [5]
   f32       the seed suite (B=16 H=8 D=64 f32, L 128..2048, and seed003): cuda-flash-f32 exact,
             tf32 and 3xtf32, cuda-naive, cuda-tiled beside SDPA efficient and math on the same
-            inputs, per call and device time (gpu_cuda_f32 --bench, bench/sdpa_f32.py) [3]
+            inputs, per call and device time (test_attention perf --section seed, bench/sdpa_f32.py) [3]
   sdpa      every SDPA backend beside every flashwatt CUDA backend and every cuda-flash
             configuration on the grid, errors vs float64 (bench/torch_sdpa.py --configs --check) [6-9]
   energy    the tuning table, power-cap streams (300/450/600 W: the scheduler, the best static
@@ -186,12 +186,11 @@ cmd_test() {
     [ $VARIANTS = 1 ] || return 0
     local cfg
     for cfg in $HOPPER_CFGS; do
-        check "gpu_cuda_flash, default $cfg" 300 "flash_$cfg.log" FW_CUDA_FLASH_CONFIG="$cfg" "$BUILD/gpu_cuda_flash"
+        check "attention, default $cfg" 300 "flash_$cfg.log" FW_CUDA_FLASH_CONFIG="$cfg" \
+            "$BUILD/test_attention" --device cuda --section grid,configs
     done
-    check "gpu_cuda_flash, no wgmma" 300 flash_nowg.log FW_CUDA_FLASH_WG=0 "$BUILD/gpu_cuda_flash"
-    check "gpu_backward, every variant" 600 bwd_sweep.log FW_BWD_TC_SWEEP=1 "$BUILD/gpu_backward"
-    # shellcheck disable=SC2086 # F32_FORCED is a list of VAR=VALUE words
-    check "gpu_cuda_f32, forced paths" 300 f32_forced.log FW_CUDA_PERSIST_BLOCKS=3 $F32_FORCED "$BUILD/gpu_cuda_f32"
+    check "attention, no wgmma" 300 flash_nowg.log FW_CUDA_FLASH_WG=0 "$BUILD/test_attention" --device cuda --section grid
+    check "backward, every record" 600 bwd_sweep.log "$BUILD/test_attention" backward --device cuda --section variants
 }
 
 # san TOOL LABEL "VAR=VALUE ..." PROGRAM ARG: one compute-sanitizer run
@@ -214,19 +213,19 @@ cmd_sanitize() {
     step "compute-sanitizer memcheck, racecheck, synccheck"
     local tool cfg var
     for tool in memcheck racecheck synccheck; do
-        san $tool gpu_cuda_flash "" gpu_cuda_flash --quick
-        san $tool gpu_backward "" gpu_backward --quick
-        san $tool gpu_cuda_f32 "FW_CUDA_PERSIST_BLOCKS=2 $F32_FORCED" gpu_cuda_f32 --small
+        san $tool attention "" test_attention "--device cuda --quick --section grid"
+        san $tool backward "" test_attention "backward --device cuda --quick"
+        san $tool f32 "FW_CUDA_PERSIST_BLOCKS=2 $F32_FORCED" test_attention "--device cuda --quick --section f32,forced,reuse"
+        san $tool serving "" gpu_serving --quick
     done
     [ $VARIANTS = 1 ] || return 0
     step "compute-sanitizer on the forced variants"
     for tool in memcheck racecheck; do
         for cfg in $HOPPER_CFGS; do
-            san $tool "gpu_cuda_flash:$cfg" "FW_CUDA_FLASH_CONFIG=$cfg" gpu_cuda_flash --quick
+            san $tool "attention:$cfg" "FW_CUDA_FLASH_CONFIG=$cfg" test_attention "--device cuda --quick --section grid"
         done
-        for var in 5 6 7 8 9 10; do # the wgmma backward variants (Hopper)
-            san $tool "gpu_backward:v$var" "FW_CUDA_BWD_TC_VARIANT=$var" gpu_backward --quick
-        done
+        # every tensor-core backward record of the quick cases, forced by name
+        san $tool backward-records "" test_attention "backward --device cuda --quick --section variants"
     done
 }
 
@@ -281,9 +280,9 @@ cmd_bwd() {
     sed -n '/^bf16 causal fwd+bwd/,$p' "$LOGS/bwd_torch.log"
     record "bwd: fwd+bwd vs SDPA" "$(verdict $rc)" $((SECONDS - t0)) "tables above; bwd_torch.json"
 
-    step "backward alone, every variant (gpu_backward --bench 5, bf16 causal, L >= 1024)"
+    step "forward + backward, each dQ way (test_attention perf --section fwdbwd, bf16 causal, L >= 1024)"
     t0=$SECONDS
-    logged 300 bwd_bench.log env FW_BWD_BENCH_MINL=1024 "$BUILD/gpu_backward" --bench 5
+    logged 300 bwd_bench.log "$BUILD/test_attention" perf --device cuda --section fwdbwd --reps 5 --min-len 1024
     rc=$?
     tail -30 "$LOGS/bwd_bench.log"
     record "bwd: C-level variants" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
@@ -300,10 +299,10 @@ cmd_bwd() {
 
 cmd_f32() {
     need_build
-    step "seed suite: the f32 backends (gpu_cuda_f32 --bench) and SDPA efficient, math on the same inputs (bench/sdpa_f32.py)"
+    step "seed suite: the f32 backends (test_attention perf --section seed) and SDPA efficient, math on the same inputs (bench/sdpa_f32.py)"
     local t0=$SECONDS rc dump
     dump=$(mktemp -d)
-    logged 400 f32_bench.log "$BUILD/gpu_cuda_f32" --bench "$dump"
+    logged 400 f32_bench.log "$BUILD/test_attention" perf --device cuda --section seed --check --dump "$dump"
     rc=$?
     py 200 f32_torch.log bench/sdpa_f32.py "$dump" || rc=1
     rm -rf "$dump"

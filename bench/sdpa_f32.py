@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch side of `bench/device.sh f32`: times torch SDPA forced to `efficient` and `math` on the very
-inputs gpu_cuda_f32 --bench wrote (raw float32, (B, H, L, D), H = 8), and measures their error against
+inputs `test_attention perf --section seed --dump` wrote (raw float32, (B, H, L, D), H = 8), and measures their error against
 the same float64 reference (cpu-ref) the C side used. Prints RESULT lines in the C side's format."""
 import glob, os, re, sys
 import numpy as np
@@ -13,7 +13,7 @@ torch.backends.cudnn.allow_tf32 = False
 
 
 def graph_ms(f_on, qkv, per_call_ms, nset=4, replays=11):
-    """Device time per call, as gpu_cuda_f32's time_graph: a CUDA graph of G calls on inputs rotating over nset
+    """Device time per call, as test_attention perf times it: a CUDA graph of G calls on inputs rotating over nset
     copies (past the L2), replayed; median replay / G."""
     sets = [qkv] + [tuple(x.clone() for x in qkv) for _ in range(nset - 1)]
     G = max(nset, min(256, int(2.0 / max(per_call_ms, 0.001))))

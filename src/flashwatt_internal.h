@@ -28,7 +28,8 @@
 #ifdef FW_HAVE_CUDA
 #include "backends/cuda/common/cuda_common.h"
 #include "backends/cuda/common/workspace.h"
-#include "backends/cuda/bwd/bwd_materialize.h"
+#include "backends/cuda/bwd/heuristics.h"
+#include "backends/cuda/bwd/materialize.h"
 #endif
 
 #ifdef __cplusplus

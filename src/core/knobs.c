@@ -12,7 +12,7 @@ const fw_knobs fw_knobs_defaults = {
     .cuda_flash_config = "",
     .cuda_bwd_atomic = -1,
     .cuda_bwd_tensor_cores = 1,
-    .cuda_bwd_variant = -1,
+    .cuda_bwd_config = "",
     .cuda_ws_cache_mb = 256,
     .f32_kv_splits = 0,
     .f32_wg1_stage0 = -1,
@@ -42,7 +42,7 @@ void fw_knobs_read(fw_knobs *k)
     copy_env("FW_CUDA_FLASH_CONFIG", k->cuda_flash_config, sizeof k->cuda_flash_config);
     if ((v = env("FW_CUDA_BWD_DQ"))) k->cuda_bwd_atomic = !strcmp(v, "atomic") ? 1 : !strcmp(v, "deterministic") ? 0 : -1;
     if ((v = env("FW_CUDA_BWD_TC"))) k->cuda_bwd_tensor_cores = strcmp(v, "0") != 0;
-    if ((v = env("FW_CUDA_BWD_TC_VARIANT"))) k->cuda_bwd_variant = atoi(v);
+    if ((v = env("FW_CUDA_BWD_CONFIG"))) snprintf(k->cuda_bwd_config, sizeof k->cuda_bwd_config, "%s", v);
     if ((v = env("FW_CUDA_WS_CACHE_MB"))) k->cuda_ws_cache_mb = atoll(v);
     if ((v = env("FW_F32_KV_SPLITS")) && atoi(v) > 0) k->f32_kv_splits = atoi(v);
     if ((v = env("FW_F32_WG1_STAGE0"))) k->f32_wg1_stage0 = atoi(v) != 0;

@@ -11,7 +11,7 @@
  * FW_CUDA_FLASH_CONFIG     (heuristics)     a cuda-flash forward configuration by name
  * FW_CUDA_BWD_DQ           (heuristics)     deterministic | atomic: the CUDA backward's dQ reduction
  * FW_CUDA_BWD_TC           1                0: CUDA-core backward even for f16/bf16
- * FW_CUDA_BWD_TC_VARIANT   (heuristics)     a tensor-core backward variant by index
+ * FW_CUDA_BWD_CONFIG       (heuristics)     the backward's kernels by record name (kernels.tsv)
  * FW_CUDA_WS_CACHE_MB      256              device scratch kept per stream between calls, MB
  * FW_F32_KV_SPLITS         (heuristics)     cuda-flash-f32: key ranges per query block (n > 0)
  * FW_F32_WG1_STAGE0        (heuristics)     0 | 1: the one-warpgroup f32 kernel's staged first tile
@@ -42,7 +42,7 @@ typedef struct fw_knobs {
     char cuda_flash_config[48]; /* FW_CUDA_FLASH_CONFIG; "" = the heuristics' */
     int cuda_bwd_atomic;        /* FW_CUDA_BWD_DQ: 1 atomic, 0 deterministic, -1 unset */
     int cuda_bwd_tensor_cores;  /* FW_CUDA_BWD_TC */
-    int cuda_bwd_variant;       /* FW_CUDA_BWD_TC_VARIANT; -1 = the heuristics' */
+    char cuda_bwd_config[48];   /* FW_CUDA_BWD_CONFIG; "" = the heuristics' */
     long long cuda_ws_cache_mb; /* FW_CUDA_WS_CACHE_MB */
     int f32_kv_splits;          /* FW_F32_KV_SPLITS; 0 = the heuristics' */
     int f32_wg1_stage0;         /* FW_F32_WG1_STAGE0; -1 = the heuristics' */

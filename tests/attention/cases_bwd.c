@@ -82,23 +82,34 @@ void att_add_backward_grid(att_plan *p, const att_opts *o)
     }
 }
 
-/* Every tensor-core backward variant (the longest list has 11; past a list's end a head dim runs its
- * variant 0), forced as the default of both dQ modes, on the 16-bit shapes the tensor cores take. */
+/* Every tensor-core backward record of the shape's head dim (kernels.tsv), forced by name as the default of
+ * both dQ modes, on the 16-bit shapes the tensor cores take. */
 void att_add_backward_variants(att_plan *p, const att_opts *o)
 {
-    static char env[11][40];
-    for (int v = 0; v < 11; v++) {
-        snprintf(env[v], sizeof env[v], "FW_CUDA_BWD_TC_VARIANT=%d", v);
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            if (shapes[i].D > 128 || shapes[i].D % 8) continue;
+#ifdef FW_HAVE_CUDA
+    enum { MAX_ENV = 256 };
+    static char env[MAX_ENV][80];
+    int nenv = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (shapes[i].D > 128 || shapes[i].D % 8) continue;
+        int n = 0;
+        const fw_bwd_record *rs = fw_bwd_records_of(shapes[i].D <= 64 ? 64 : 128, &n);
+        for (int v = 0; v < n && nenv < MAX_ENV; v++) {
+            if (rs[v].kernel == FW_BWD_CORES) continue;
+            snprintf(env[nenv], sizeof env[nenv], "FW_CUDA_BWD_CONFIG=%s", rs[v].name);
             for (int d = 0; d < 2; d++) {
                 att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : FW_F16));
-                t->env = env[v];
+                t->env = env[nenv];
                 t->config = "bwd-deterministic,bwd-atomic";
                 if (o->quick) break;
             }
+            nenv++;
         }
     }
+#else
+    (void)p;
+    (void)o;
+#endif
 }
 
 /* ---- cpu-ref against finite differences ------------------------------------------------------- */

@@ -4,6 +4,7 @@
  * heuristics.cu; this file validates, asks the heuristics, and launches the record it is handed. */
 #include <stdio.h>
 #include <string.h>
+#include "backends/cuda/bwd/heuristics.h"
 #include "backends/cuda/fwd/heuristics.h"
 #include "backends/cuda/serving/serving.h"
 
@@ -114,7 +115,13 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
     return FW_OK;
 }
 
-extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* bwd/bwd_launch.cu */
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* bwd/cuda_backward.cu */
+
+/* The search space of p: a backward problem (dq set) lists the backward's configurations, which backward() runs. */
+static int flash_configs(const fw_problem *p, fw_config *out, int max)
+{
+    return p->dq ? fw_bwd_configs(p, out, max) : fw_fwd_configs(p, out, max);
+}
 
 extern "C" const fw_backend fw_backend_cuda_flash = {
     "cuda-flash",
@@ -122,7 +129,7 @@ extern "C" const fw_backend fw_backend_cuda_flash = {
     FW_DEVICE_CUDA,
     fw_cuda_available,
     flash_supports,
-    fw_fwd_configs,
+    flash_configs,
     flash_forward,
     fw_cuda_backward,
     fw_srv_tc_workspace,

@@ -26,6 +26,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* N consecutive f32 values g[i0 ..] into shared memory at s, one per thread tid < N, zero past n (the backward's
+ * per-row statistics of a query tile). */
+template <int N> __device__ __forceinline__ void copy_f32_row(uint32_t s, const float *g, int i0, int n, int tid)
+{
+    if (tid < N) {
+        const bool ok = i0 + tid < n;
+        cp_async4(s + (uint32_t)(tid * 4), ok ? g + i0 + tid : g, ok ? 4 : 0);
+    }
+}
+
 /* Per-thread cursor over a (seq, D) matrix for tile loads: thread tid copies the 16-byte chunks
  * (row_in + i * RS, col) of each tile, RS = NT / (D / 8). Keeping one running pointer and one
  * row step (instead of an address per chunk) keeps the register count down. */

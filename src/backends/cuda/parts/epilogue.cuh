@@ -1,8 +1,14 @@
-/* The forward's output epilogue: each warp normalises its rows of O (online_softmax's 1/l), rounds them to T,
+/* Epilogues: the stores of accumulators that end a kernel.
+ *
+ * The forward's output epilogue: each warp normalises its rows of O (online_softmax's 1/l), rounds them to T,
  * stages them in shared memory (rows padded to D + 8 elements: no bank conflicts on the 4-byte writes of
  * the accumulator layout), and copies them out with 16-byte stores, whole rows per quarter warp; the row's
  * log-sum-exp goes to lse (B, H, Lq) when asked for. Rows past Lq and columns past the real head dim d are
- * not written. P: a kernel parameter struct with o, o_sb, o_sh, o_ss, lse, H, Lq, d, scale. */
+ * not written. P: a kernel parameter struct with o, o_sb, o_sh, o_ss, lse, H, Lq, d, scale.
+ *
+ * The backward's: a warp's m16 rows of f32 accumulators (the mma/wgmma C layout, mma.cuh) straight to global
+ * memory, times a scale, rounded to T (dK, dV, dQ), or added into an f32 accumulator with atomics (dQ in the
+ * atomic mode). */
 #ifndef FW_PARTS_EPILOGUE_CUH
 #define FW_PARTS_EPILOGUE_CUH
 
@@ -51,6 +57,105 @@ __device__ __forceinline__ void store_output(const P p, T *stage, const float (&
             if (grow < p.Lq && col * 8 < p.d) {
                 const uint4 v = *reinterpret_cast<const uint4 *>(stage + (w.wrow0 + r) * SD + col * 8);
                 *reinterpret_cast<uint4 *>(og + (int64_t)grow * p.o_ss + col * 8) = v;
+            }
+        }
+    }
+}
+
+/* Rows row0 + g and row0 + g + 8 of a warp's m16 x (8 ND) accumulator, times scale, into a row-major T matrix with
+ * row stride ss, from column col0; rows >= nrows and columns >= d are skipped. */
+template <typename T, int ND>
+__device__ __forceinline__ void store_acc_rows(T *dst, long long ss, const float (&acc)[ND][4], int row0, int nrows,
+                                               int d, float scale, int g, int t4)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + r * 8;
+        if (row < nrows) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < d)
+                    *reinterpret_cast<uint32_t *>(dst + (long long)row * ss + col) =
+                        pack2<T>::make(acc[j][r * 2] * scale, acc[j][r * 2 + 1] * scale);
+            }
+        }
+    }
+}
+
+/* The mma.sync backward kernels' stores, reading the bounds, strides and scale from the kernel parameters p (Lq, Lk,
+ * d, dq_s, dk_s, dv_s, scale) where they are used: taken as arguments, they were loaded elsewhere and the kernels
+ * compiled differently. */
+
+/* dQ: rows row0 + g (+ 8) of a warp's m16 x (8 ND) accumulator, times p.scale, into dq (rows < p.Lq, columns < p.d). */
+template <typename T, int ND, typename P>
+__device__ __forceinline__ void store_dq_rows(const P &p, T *dq, const float (&acc)[ND][4], int row0, int g, int t4)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + r * 8;
+        if (row < p.Lq) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + t4 * 2;
+                if (col < p.d)
+                    *reinterpret_cast<uint32_t *>(dq + (long long)row * p.dq_s[2] + col) =
+                        pack2<T>::make(acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+            }
+        }
+    }
+}
+
+/* dK (times p.scale) and dV of the same keys row0 + g (+ 8) and columns from col0, element by element (keys < p.Lk,
+ * columns < p.d). */
+template <typename T, int ND, typename P>
+__device__ __forceinline__ void store_dkdv_rows(const P &p, T *dk, T *dv, const float (&acc_dk)[ND][4],
+                                                const float (&acc_dv)[ND][4], int row0, int col0, int g, int t4)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = row0 + g + r * 8;
+        if (key < p.Lk) {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = col0 + j * 8 + t4 * 2;
+                if (col < p.d) {
+                    *reinterpret_cast<uint32_t *>(dk + (long long)key * p.dk_s[2] + col) =
+                        pack2<T>::make(acc_dk[j][r * 2] * p.scale, acc_dk[j][r * 2 + 1] * p.scale);
+                    *reinterpret_cast<uint32_t *>(dv + (long long)key * p.dv_s[2] + col) =
+                        pack2<T>::make(acc_dv[j][r * 2], acc_dv[j][r * 2 + 1]);
+                }
+            }
+        }
+    }
+}
+
+/* dst[0], dst[1] += x, y: one vector atomic on sm_90 (dst 8-byte aligned: an even column of rows of even length). */
+__device__ __forceinline__ void atomic_add2(float *dst, float x, float y)
+{
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+
+/* The atomic dQ mode: rows row0 + g (+ 8) of a warp's m16 x (8 ND) accumulator, times p.scale, added into the f32
+ * accumulator acc_g (rows of p.d elements) from column col0 (rows < p.Lq, columns < p.d). */
+template <int ND, typename P>
+__device__ __forceinline__ void atomic_add_dq_rows(const P &p, float *acc_g, const float (&acc)[ND][4], int row0, int col0,
+                                                   int g, int t4)
+{
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + r * 8;
+        if (row < p.Lq) {
+            float *dst = acc_g + (long long)row * p.d;
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = col0 + j * 8 + t4 * 2;
+                if (col < p.d) atomic_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
             }
         }
     }

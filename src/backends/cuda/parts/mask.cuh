@@ -39,6 +39,27 @@ __device__ __forceinline__ void key_tile_range(const P &p, int m0, int &n_begin,
     n_tiles = hi > n_begin ? (hi - n_begin + BN - 1) / BN : 0;
 }
 
+/* The query tiles that keys n0 .. n0 + BN - 1 may be seen from (the backward's dK/dV blocks): m_tiles tiles of
+ * BM rows from m_begin (a multiple of BM); tiles wholly outside the band are never listed. */
+template <int BN, int BM, typename P>
+__device__ __forceinline__ void query_tile_range(const P &p, int n0, int &m_begin, int &m_tiles)
+{
+    const int n1 = min(n0 + BN, p.Lk);
+    int qlo = 0, qhi = p.Lq; /* query rows that can see keys n0..n1-1 */
+    if (p.has_window) {
+        qlo = max(0, n0 - p.off - p.wr);
+        qhi = min(p.Lq, n1 - 1 - p.off + p.wl + 1);
+    }
+    m_begin = (qlo / BM) * BM;
+    m_tiles = qhi > m_begin ? (qhi - m_begin + BM - 1) / BM : 0;
+}
+
+/* Is key j visible to query row i (the per-element test of the backward's recomputed P). */
+template <typename P> __device__ __forceinline__ bool key_visible(const P &p, int i, int j)
+{
+    return j < p.Lk && (!p.has_window || (j >= i + p.off - p.wl && j <= i + p.off + p.wr));
+}
+
 /* -inf into the invisible elements of a warp's score fragment: MT m16 tiles of rows m0 + w.wrow0 + 16 mt
  * (+ w.g, + w.g + 8; m0: the block's first row, w.wrow0: the warp's within the block) by NN n8 tiles of keys
  * from n0 (the mma C layout, mma.cuh; w.t4: the lane's column pair). */

@@ -9,7 +9,8 @@
  * longest first), and ragged batches get a seqlen_info that reads the sequence's row offset and length
  * from cu_seqlens on the device (the dense kernels read Lq, Lk and the (batch, head) strides of their
  * parameters). Kernels ask the scheduler for a tile_coord rather than reading blockIdx, so a persistent
- * scheduler changes only the loop around their body. */
+ * scheduler changes only the loop around their body. The backward's dK/dV kernels walk the transpose: a
+ * key_block per block of keys, over the query tiles that can see them. */
 #ifndef FW_PARTS_SCHEDULER_CUH
 #define FW_PARTS_SCHEDULER_CUH
 
@@ -65,6 +66,41 @@ struct query_block {
         key_tile_range<BM, BN>(p, k.m0, k.n_begin, k.n_tiles);
         return k;
     }
+    /* The same with the order given (the backward's dQ blocks: longest first under any window). */
+    template <int BM, int BN, typename P>
+    static __device__ __forceinline__ query_block of(const P &p, bool longest_first, int num_m_blocks)
+    {
+        query_block k;
+        const tile_coord t = static_tile_scheduler::get_tile(longest_first, num_m_blocks);
+        k.h = t.h;
+        k.b = t.b;
+        k.hk = k.h / p.group;
+        k.m0 = t.m_block * BM;
+        key_tile_range<BM, BN>(p, k.m0, k.n_begin, k.n_tiles);
+        return k;
+    }
+};
+
+/* A key block's work (the backward's dK/dV blocks, grid (key blocks, kv heads, batch)): keys n0 .. n0 + BN - 1
+ * of kv head hk and batch entry b, and the steps over the query tiles that can see them: m_tiles tiles of BM
+ * rows from m_begin for each of the group's query heads, total steps (step it: query head head(it), rows from
+ * row0(it)). Under a causal-like mask the first key blocks are seen by the most queries, so the grid's own
+ * order is already the longest first. */
+template <int BN, int BM> struct key_block {
+    int n0, b, hk, m_begin, m_tiles, total;
+    template <typename P> __device__ __forceinline__ void init(const P &p)
+    {
+        n0 = blockIdx.x * BN;
+        hk = blockIdx.y;
+        b = blockIdx.z;
+        query_tile_range<BN, BM>(p, n0, m_begin, m_tiles);
+        total = m_tiles * p.group;
+    }
+    template <typename P> __device__ __forceinline__ int head(const P &p, int it) const
+    {
+        return hk * p.group + it / m_tiles;
+    }
+    __device__ __forceinline__ int row0(int it) const { return m_begin + (it % m_tiles) * BM; }
 };
 
 } /* namespace fwparts */

@@ -103,6 +103,16 @@ template <int MT> __device__ __forceinline__ float softmax_row_sum(const float (
     return row_allreduce_sum<4>(row_l[mt][r]);
 }
 
+/* The backward recomputes P from the forward's statistics instead of storing it: with lse2 = LSE · log2 e
+ * (softmax_lse2; +inf for a row that saw no key, so that its P is 0), P = exp2(s · scale · log2 e − lse2), and
+ * the softmax's gradient dS = P ∘ (dP − Δ), Δ = rowsum(dO ∘ O). */
+__device__ __forceinline__ float softmax_lse2(float lse) { return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f; }
+__device__ __forceinline__ float softmax_recompute_p(float s, float scale_log2, float lse2)
+{
+    return fast_exp2(fmaf(s, scale_log2, -lse2));
+}
+__device__ __forceinline__ float softmax_grad(float p, float dp, float delta) { return p * (dp - delta); }
+
 /* The statistics in one place, for callers that keep a warpgroup's state in one struct. */
 template <int MT> struct online_softmax {
     float row_m[MT][2], row_l[MT][2];

@@ -1,5 +1,5 @@
 /* The materialised ("store") CUDA backward: S, P, dP and dS of whole (batch, head) slices live in
- * device memory and cuBLAS does the products. bwd_materialize.h says when fw_cuda_backward runs it
+ * device memory and cuBLAS does the products. materialize.h says when fw_cuda_backward runs it
  * and what workspace it takes.
  *
  * The unit of work is a kv unit u = b·H_kv + hk: kv head hk of batch b with the `group` query heads
@@ -37,8 +37,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "backends/cuda/common/cuda_blas.h"
-#include "backends/cuda/bwd/bwd_kernel.cuh" /* fw_bwd_io, fw_bwd_launch_delta */
-#include "backends/cuda/bwd/bwd_materialize.h"
+#include "backends/cuda/bwd/materialize.h"
+#include "backends/cuda/bwd/preprocess.cuh" /* fw_bwd_io, fw_bwd_launch_delta */
 #include "backends/cuda/common/workspace.h"
 
 #define MAT_ALIGN ((size_t)256)
@@ -194,20 +194,6 @@ extern "C" int fw_bwd_materialize_plan(const fw_problem *p, fw_bwd_mat_plan *pl)
     pl->chunk_bytes = mat_mul(pl->slice_bytes, (size_t)(pl->units_per_chunk * pl->heads_per_pass));
     pl->fits = 1;
     return 1;
-}
-
-extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *cfg)
-{
-    if (cfg && !strcmp(cfg->name, "bwd-materialize")) return 1;
-    if (cfg && !strncmp(cfg->name, "bwd-", 4)) return 0; /* "bwd-atomic", "bwd-deterministic": recompute */
-    if (p->memory_budget == 0) return 0;
-    /* Where it was measured faster (H100, docs/PERF-gpu-bwd.md): only against the
-     * deterministic f32 CUDA-core recompute at head_dim > 64 (1.6-1.7x at L 256..2048). The tensor-core
-     * recompute (f16/bf16) was 2.7-4.7x faster than storing, and so was every atomic recompute. */
-    if (!p->deterministic || p->dtype != FW_F32 || p->head_dim <= 64) return 0;
-    if (p->seqlen_q * p->seqlen_k > FW_BWD_MATERIALIZE_MAX_PAIRS) return 0; /* both < 2^30: no overflow */
-    fw_bwd_mat_plan pl;
-    return fw_bwd_materialize_plan(p, &pl);
 }
 
 /* ---- kernels ---------------------------------------------------------------------------------- */

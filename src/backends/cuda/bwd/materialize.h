@@ -1,8 +1,8 @@
-/* The "store" strategy of the CUDA backward (bwd_materialize.cu): S/P and dP/dS of whole
+/* The "store" strategy of the CUDA backward (materialize.cu): S/P and dP/dS of whole
  * (batch, head) slices materialised in device memory, cuBLAS GEMMs for the five products. The
- * default CUDA backward (bwd_launch.cu) recomputes P tile by tile instead (O(L) memory).
+ * default CUDA backward (cuda_backward.cu) recomputes P tile by tile instead (O(L) memory).
  *
- * When it runs (fw_cuda_backward's dispatch hook, fw_bwd_materialize_wanted):
+ * When it runs (heuristics.cu: fw_bwd_materialize_wanted):
  *   - the config name is "bwd-materialize" (tests, benchmarks, a scheduler's choice); with a memory
  *     budget (fw_context_set_memory_budget) too small for one slice this fails with
  *     FW_ERR_UNSUPPORTED and a message naming the budget and the need;
@@ -10,8 +10,8 @@
  *     only case where storing was measured faster: 1.6-1.7x the deterministic CUDA-core recompute
  *     on an H100; the tensor-core recompute of f16/bf16 was 2.7-4.7x faster than storing),
  *     seqlen_q·seqlen_k <= FW_BWD_MATERIALIZE_MAX_PAIRS, and the fixed workspace plus the Lq×Lk
- *     workspace of one (batch, head) slice fit the budget, unless the config names a recompute mode
- *     ("bwd-atomic", "bwd-deterministic": any other "bwd-" name).
+ *     workspace of one (batch, head) slice fit the budget, unless the config names a recompute
+ *     ("bwd-atomic...", "bwd-deterministic...": any other "bwd-" name).
  * A budget of 0 (the default) never selects it automatically.
  *
  * Workspace (one fw_cuda_ws_alloc, counted by fw_cuda_workspace_peak):
@@ -50,8 +50,6 @@ typedef struct fw_bwd_mat_plan {
 
 /* The plan for p under p->memory_budget. Returns plan->fits. */
 int fw_bwd_materialize_plan(const fw_problem *p, fw_bwd_mat_plan *plan);
-/* The dispatch rule above: 1 when fw_cuda_backward should run the materialised backward. */
-int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *cfg);
 /* The materialised backward (p already checked by fw_cuda_backward_supports). */
 fw_status fw_cuda_backward_materialize(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
 

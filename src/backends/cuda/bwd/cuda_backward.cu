@@ -1,0 +1,147 @@
+/* The CUDA backward's entry point, fw_cuda_backward: the f16/bf16 (cuda-flash) and f32 (cuda-flash-f32) backend
+ * tables point their `backward` slot here. It checks the problem, asks the heuristics (heuristics.h) for the plan
+ * its configuration names, and runs it:
+ *   store      the materialised backward (materialize.h: S/P and dP/dS of whole slices, cuBLAS)
+ *   recompute  Δ (and lse2 for the tensor-core records) by the preprocess (preprocess.cuh), the record's kernels
+ *              (a tensor-core record of kernels.tsv, or the head dim's CUDA-core one), and in the atomic dQ mode
+ *              the conversion of the f32 dQ accumulator.
+ * dQ mode: atomic (atomicAdd into an f32 workspace during the dK/dV pass, then a conversion, as FlashAttention-2)
+ * or deterministic (a separate dQ pass, no atomics: fw_context_set_deterministic). */
+#include <stdio.h>
+#include <string.h>
+#include "backends/cuda/bwd/heuristics.h"
+#include "backends/cuda/bwd/materialize.h"
+#include "backends/cuda/bwd/preprocess.cuh"
+#include "backends/cuda/common/workspace.h"
+
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
+/* 1 if fw_cuda_backward can run p; else 0 with the reason. */
+extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len);
+
+#define FW_BWD_MAX_BLOCKS (1u << 20)
+
+static unsigned fw_bwd_blocks(long long work, long long per_block)
+{
+    long long n = (work + per_block - 1) / per_block;
+    if (n < 1) n = 1;
+    if (n > (long long)FW_BWD_MAX_BLOCKS) n = FW_BWD_MAX_BLOCKS;
+    return (unsigned)n;
+}
+
+extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len)
+{
+    if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
+    if (p->dtype != FW_F32 && p->dtype != FW_F16 && p->dtype != FW_BF16)
+        return fw_why(why, why_len, "the CUDA backward takes f32, f16 or bf16, not dtype %d", (int)p->dtype);
+    if (p->head_dim < 1 || p->head_dim > 256)
+        return fw_why(why, why_len, "the CUDA backward takes head_dim 1..256, not %lld", (long long)p->head_dim);
+    if (p->seqlen_q >= (1LL << 30) || p->seqlen_k >= (1LL << 30))
+        return fw_why(why, why_len, "the CUDA backward takes sequence lengths below 2^30");
+    if (p->batch > 65535 || p->heads > 65535 || p->kv_heads > 65535)
+        return fw_why(why, why_len, "the CUDA backward's grid limit: batch and heads must be <= 65535");
+    if (!p->lse || !p->dout || !p->dq || !p->dk || !p->dv || !p->o)
+        return fw_why(why, why_len, "the CUDA backward needs o, lse, dout, dq, dk and dv");
+    return 1;
+}
+
+/* The launches of a recompute plan, with the workspace already allocated. */
+static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd_args *a, const fw_exec *ex)
+{
+    const cudaStream_t s = (cudaStream_t)ex->stream;
+    const long long rows = (long long)p->batch * p->heads * p->seqlen_q;
+    const int atomic = plan->atomic;
+    float *delta = (float *)a->delta, *lse2 = (float *)a->lse2;
+    switch (p->dtype) {
+    case FW_F32: fw_bwd_launch_delta<float>(p, delta, lse2, s); break;
+    case FW_F16: fw_bwd_launch_delta<__half>(p, delta, lse2, s); break;
+    default: fw_bwd_launch_delta<__nv_bfloat16>(p, delta, lse2, s); break;
+    }
+    FW_CUDA_CHECK_LAUNCH();
+    if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
+    const fw_bwd_record *r = plan->record;
+    const fw_bwd_launch_fn fn = p->dtype == FW_F32 ? r->f32 : p->dtype == FW_F16 ? r->f16 : r->bf16;
+    if (!fn) { /* the heuristics hand f32 only to CUDA-core records */
+        fw_why(ex->err, ex->err_len, "the CUDA backward's record %s has no %s kernels", r->name, fw_dtype_name(p->dtype));
+        return FW_ERR_INVALID_VALUE;
+    }
+    FW_CUDA_CHECK(fn(a, atomic, s));
+    FW_CUDA_CHECK_LAUNCH();
+    if (atomic) {
+        const unsigned cblocks = fw_bwd_blocks(rows * p->head_dim, 256);
+        switch (p->dtype) {
+        case FW_F32: fw_bwd_dq_convert_kernel<float><<<cblocks, 256, 0, s>>>(*a); break;
+        case FW_F16: fw_bwd_dq_convert_kernel<__half><<<cblocks, 256, 0, s>>>(*a); break;
+        default: fw_bwd_dq_convert_kernel<__nv_bfloat16><<<cblocks, 256, 0, s>>>(*a); break;
+        }
+        FW_CUDA_CHECK_LAUNCH();
+    }
+    return FW_OK;
+}
+
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    char why[256];
+    if (!fw_cuda_backward_supports(p, why, sizeof why)) {
+        fw_why(ex->err, ex->err_len, "%s", why);
+        return FW_ERR_UNSUPPORTED;
+    }
+    if (fw_bwd_materialize_wanted(p, cfg)) return fw_cuda_backward_materialize(p, cfg, ex); /* store, not recompute */
+    fw_cuda_device_guard guard(p->device.index);
+    if (guard.failed()) {
+        fw_why(ex->err, ex->err_len, "cannot select cuda:%d", p->device.index);
+        return FW_ERR_DEVICE;
+    }
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di)) {
+        fw_why(ex->err, ex->err_len, "cannot query CUDA device %d", p->device.index);
+        return FW_ERR_DEVICE;
+    }
+    fw_bwd_plan plan;
+    const fw_status pst = fw_bwd_recompute_plan(p, cfg, &di, fw_exec_knobs(ex), &plan, ex->err, ex->err_len);
+    if (pst != FW_OK) return pst;
+    const int atomic = plan.atomic, tc = plan.record->kernel != FW_BWD_CORES;
+
+    fw_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = p->q; a.k = p->k; a.v = p->v; a.o = p->o; a.dout = p->dout;
+    a.dq = p->dq; a.dk = p->dk; a.dv = p->dv;
+    a.lse = p->lse;
+    for (int i = 0; i < 3; i++) {
+        a.q_s[i] = p->q_stride[i]; a.k_s[i] = p->k_stride[i]; a.v_s[i] = p->v_stride[i];
+        a.o_s[i] = p->o_stride[i]; a.do_s[i] = p->do_stride[i]; a.dq_s[i] = p->dq_stride[i];
+        a.dk_s[i] = p->dk_stride[i]; a.dv_s[i] = p->dv_stride[i];
+    }
+    a.off = p->diag_offset; a.wl = p->window_left; a.wr = p->window_right;
+    a.B = (int)p->batch; a.H = (int)p->heads; a.Hkv = (int)p->kv_heads; a.group = (int)p->group;
+    a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k; a.D = (int)p->head_dim;
+    a.scale = p->scale;
+
+    const cudaStream_t s = (cudaStream_t)ex->stream;
+    const size_t rows = (size_t)(p->batch * p->heads * p->seqlen_q);
+    const size_t rows16 = (rows + 3) & ~(size_t)3; /* lse2 starts 16-byte aligned (the TMA kernels' maps) */
+    const size_t delta_bytes = (rows16 + (tc ? rows : 0)) * sizeof(float); /* Δ, and lse2 for tensor cores */
+    const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
+    void *delta = NULL, *acc = NULL;
+    FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
+    if (atomic) {
+        cudaError_t e = fw_cuda_ws_alloc(&acc, acc_bytes, s);
+        if (e != cudaSuccess) {
+            fw_cuda_ws_free(delta, delta_bytes, s);
+            fw_why(ex->err, ex->err_len, "dQ workspace of %zu bytes: %s", acc_bytes, cudaGetErrorString(e));
+            return e == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;
+        }
+    }
+    a.delta = (const float *)delta;
+    a.lse2 = tc ? (const float *)delta + rows16 : NULL;
+    a.dq_acc = (float *)acc;
+    fw_status st = fw_bwd_run(p, &plan, &a, ex);
+    /* stream-ordered frees: safe while the kernels above are still running */
+    cudaError_t e1 = acc ? fw_cuda_ws_free(acc, acc_bytes, s) : cudaSuccess;
+    cudaError_t e2 = fw_cuda_ws_free(delta, delta_bytes, s);
+    if (st == FW_OK && (e1 != cudaSuccess || e2 != cudaSuccess)) {
+        fw_why(ex->err, ex->err_len, "freeing the backward workspace failed: %s",
+               cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
+        st = FW_ERR_DEVICE;
+    }
+    return st;
+}

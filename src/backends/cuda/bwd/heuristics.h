@@ -1,0 +1,56 @@
+/* The CUDA backward's choices, in one place: store or recompute (the memory budget), the dQ mode (atomic or
+ * deterministic), the kernels (a tensor-core record, or the CUDA-core record of the head dim), and the search space
+ * that configs() lists for a backward problem (the default first). cuda_backward.cu validates, asks these, and
+ * runs the plan they return.
+ *
+ * Configuration names of a backward problem (fw_config.name; the cuda-flash table's configs() lists them):
+ *   "bwd-materialize"             the store strategy (materialize.h)
+ *   "bwd-atomic:<record>"         recompute, dQ by atomics, the kernels of that record (kernels.tsv)
+ *   "bwd-deterministic:<record>"  recompute, the deterministic dQ pass, the kernels of that record
+ *   "bwd-atomic", "bwd-deterministic"  that dQ mode, the record the heuristics choose (FW_CUDA_BWD_CONFIG first)
+ *   "" (or a name outside "bwd-": a forward configuration, handed by a table whose configs() lists only those)
+ *                                 the defaults
+ * A "bwd-" name that names nothing that runs here is FW_ERR_INVALID_VALUE. */
+#ifndef FW_BWD_HEURISTICS_H
+#define FW_BWD_HEURISTICS_H
+
+#include "backends/cuda/bwd/params.h"
+#include "backends/cuda/common/cuda_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What fw_cuda_backward runs. */
+typedef struct fw_bwd_plan {
+    int materialize;             /* the store strategy; the fields below are the recompute's */
+    int atomic;                  /* dQ by atomics into an f32 accumulator (else the deterministic dQ pass) */
+    const fw_bwd_record *record; /* the kernels: a tensor-core record, or the head dim's CUDA-core one */
+} fw_bwd_plan;
+
+/* The padded head dim whose records run head_dim d (64, 128 or 256), or 0 above 256. */
+int fw_bwd_padded_dim(int64_t d);
+/* The records of padded head dim dpad (contiguous in fw_bwd_records), their count in *n; NULL if none. */
+const fw_bwd_record *fw_bwd_records_of(int dpad, int *n);
+/* The record of padded head dim dpad called name, or NULL. */
+const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name);
+/* Can the tensor-core records run p: f16/bf16, head_dim a multiple of 8 up to 128, sequences below 2^28, every
+ * row 16-byte aligned, and the knobs allow them (FW_CUDA_BWD_TC unset or 1). Else 0 with the reason. */
+int fw_bwd_tensor_cores_take(const fw_problem *p, const fw_knobs *k, char *why, size_t why_len);
+/* 1 when p runs the store strategy: the configuration names it, or none names a recompute and the memory-budget
+ * rule picks it (materialize.h). */
+int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *cfg);
+/* The recompute's plan for p under cfg on the device (cfg NULL or empty: the defaults). FW_OK; else
+ * FW_ERR_INVALID_VALUE (cfg names no configuration that runs here) or FW_ERR_UNSUPPORTED (the CUDA-core kernels
+ * of the head dim do not fit the device's shared memory), with the reason in why. */
+fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config *cfg, const fw_cuda_device_info *di,
+                                const fw_knobs *k, fw_bwd_plan *plan, char *why, size_t why_len);
+/* configs() for a backward problem (p->dq set): the plan the defaults choose first, then every other that runs for
+ * p (no atomic one where p asks for determinism), then "bwd-materialize" where its workspace plan fits; at least
+ * one entry (a zeroed one where the device cannot be queried). */
+int fw_bwd_configs(const fw_problem *p, fw_config *out, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

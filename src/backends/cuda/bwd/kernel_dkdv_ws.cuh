@@ -1,0 +1,133 @@
+/* The warp-specialised Hopper dK/dV kernel (sm_90a; deterministic mode only) and its launch: the overlapped
+ * schedule of dkdv_wg_kernel (consumer_dkdv_wg.cuh), with a third, producer warpgroup that loads with the tensor
+ * memory accelerator (pipeline.cuh):
+ * K and V of the block once, then per step Q and dO (128-byte-swizzled boxes, rows past Lq zero) and the
+ * step's lse2 and Δ (f32 boxes of BM, zero past Lq: as the cp.async zero-fill) into a ring of ST stages,
+ * completing on the stage's "full" mbarrier. The consumers release a stage on its "empty" mbarrier once
+ * the step's dV/dK products have retired, so the two consumer warpgroups are never held in step with
+ * each other (no block-wide barrier per step). */
+#ifndef FW_BWD_KERNEL_DKDV_WS_CUH
+#define FW_BWD_KERNEL_DKDV_WS_CUH
+
+#include <string.h>
+#include "backends/cuda/bwd/kernel_dkdv_wg.cuh"
+#include "backends/cuda/parts/tensor_maps.cuh"
+
+namespace fwbwd {
+
+/* Tensor maps of the dK/dV pass's operands (tensor_maps.cuh: box 64 columns x BM or BN rows; lse2 and Δ rows). */
+struct dkdv_tma_maps {
+    CUtensorMap q, dout, k, v, lse2, delta;
+    int swap_q, swap_do, swap_k, swap_v;
+};
+
+/* Shared memory of configuration C (D, BM, STAGES). */
+template <class C> struct dkdv_ws_geom {
+    static constexpr int D = C::D, BN = 128, BM = C::BM, ST = C::STAGES;
+    static constexpr uint32_t KV_BYTES = BN * D * 2, QD_BYTES = BM * D * 2, STAT_BYTES = 2 * BM * 4;
+    /* K, V; per stage Q, dO; per stage lse2, Δ; the mbarriers */
+    static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + ST * (size_t)STAT_BYTES + 256;
+};
+
+template <typename T, class C>
+__global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params p, const __grid_constant__ dkdv_tma_maps m)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = dkdv_ws_geom<C>;
+    constexpr int D = C::D, BN = G::BN, BM = G::BM, ST = G::ST, CB = D / 64;
+    static_assert(D % 64 == 0 && BM % 64 == 0 && ST >= 2, "wgmma tile shapes");
+    static_assert(fwparts::mbar_ring<ST, 1, 1>::BYTES <= 256, "the mbarriers' room");
+    using namespace fwparts;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t base = smem_base_1024(smem_raw);
+    const uint32_t sK = base, sV = sK + G::KV_BYTES;
+    const uint32_t sStage = sV + G::KV_BYTES; /* stage s: Q at +2s·QD, dO at +(2s+1)·QD */
+    const uint32_t sStat = sStage + 2 * ST * G::QD_BYTES; /* stage s: lse2 at +s·STAT, Δ at +s·STAT + BM·4 */
+    const mbar_ring<ST, 1, 1> ring{sStat + ST * G::STAT_BYTES}; /* resident: K and V; a load a stage: Q, dO, lse2, Δ */
+    auto stage_q = [&](int it) { return sStage + (uint32_t)(2 * (it % ST)) * G::QD_BYTES; };
+    const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    key_block<BN, BM> kb;
+    kb.init(p);
+    const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
+
+    if (tid == 0) ring.init(256);
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        producer_registers<24>();
+        if (warp == 0 && lane == 0) {
+            mbar_expect_tx(ring.resident(), 2 * G::KV_BYTES);
+#pragma unroll
+            for (int cb = 0; cb < CB; cb++) {
+                tma_load(sK + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, ring.resident(), cb * 64, n0, hk, b);
+                tma_load(sV + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, ring.resident(), cb * 64, n0, hk, b);
+            }
+            produce_ring(ring, total, [&](int it, int st) {
+                const int h = kb.head(p, it), m0 = kb.row0(it);
+                const uint32_t sq = stage_q(it), sdo = sq + G::QD_BYTES, sst = sStat + (uint32_t)st * G::STAT_BYTES;
+                mbar_expect_tx(ring.full(0, st), 2 * G::QD_BYTES + G::STAT_BYTES);
+#pragma unroll
+                for (int cb = 0; cb < CB; cb++) {
+                    tma_load(sq + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, ring.full(0, st), cb * 64, m0, h, b);
+                    tma_load(sdo + (uint32_t)(cb * BM * 128), &m.dout, m.swap_do, ring.full(0, st), cb * 64, m0, h, b);
+                }
+                const int bh = b * p.H + h;
+                tma_load_rows(sst, &m.lse2, ring.full(0, st), m0, bh);
+                tma_load_rows(sst + BM * 4, &m.delta, ring.full(0, st), m0, bh);
+            });
+        }
+        return;
+    }
+
+    consumer_registers<240>();
+    dkdv_rows<T, D, BM, dq_mode::deterministic> w;
+    w.init(sK, sV, wg - 1, warp & 3, lane);
+    auto issue_sdp = [&](int it) { w.issue_sdp(stage_q(it), stage_q(it) + G::QD_BYTES); };
+    auto issue_dvdk = [&](int it) { w.issue_dvdk(stage_q(it), stage_q(it) + G::QD_BYTES); };
+    auto elementwise = [&](int it) {
+        const float *lse2_s = stat_f + (it % ST) * (G::STAT_BYTES / 4);
+        w.elementwise(p, kb.row0(it), n0, lse2_s, lse2_s + BM, nullptr);
+    };
+    auto wait_full = [&](int it) { ring.wait_full(0, it); };
+
+    mbar_wait(ring.resident(), 0);
+    dkdv_overlapped(w, total, wait_full, [&](int it) { ring.release(it); /* step it's stage is read */ },
+                    issue_sdp, issue_dvdk, elementwise);
+
+    w.store(p, n0, b, hk);
+#else
+    (void)p;
+    (void)m;
+    __trap(); /* sm_90a only */
+#endif
+}
+
+/* Host: the warp-specialised dK/dV kernel; 0 returned in *ok where the driver refuses a tensor map (the
+ * caller then runs C::FALLBACK's dkdv_wg_kernel). */
+template <typename T, class C>
+static cudaError_t dkdv_ws_launch(const fw_bwd_tc_params &p, const dim3 &grid, cudaStream_t s, int *ok)
+{
+    using G = dkdv_ws_geom<C>;
+    constexpr int BM = G::BM;
+    const int Hk = p.H / p.group;
+    dkdv_tma_maps m;
+    memset(&m, 0, sizeof m);
+    *ok = fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, p.Lq, p.H, p.B, p.q_s[2], p.q_s[1], p.q_s[0], BM) &&
+          fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, p.Lq, p.H, p.B, p.do_s[2], p.do_s[1], p.do_s[0], BM) &&
+          fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, p.Lk, Hk, p.B, p.k_s[2], p.k_s[1], p.k_s[0], G::BN) &&
+          fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, p.Lk, Hk, p.B, p.v_s[2], p.v_s[1], p.v_s[0], G::BN) &&
+          fwparts::tma_make_rows_f32(&m.lse2, p.lse2, p.Lq, (long long)p.B * p.H, BM) &&
+          fwparts::tma_make_rows_f32(&m.delta, p.delta, p.Lq, (long long)p.B * p.H, BM);
+    if (!*ok) return cudaSuccess;
+    cudaError_t e = fw_cuda_smem_limit<dkdv_ws_kernel<T, C>>(G::SMEM);
+    if (e != cudaSuccess) return e;
+    dkdv_ws_kernel<T, C><<<grid, 384, G::SMEM, s>>>(p, m);
+    return cudaGetLastError();
+}
+
+} /* namespace fwbwd */
+#endif

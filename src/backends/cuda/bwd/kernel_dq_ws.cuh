@@ -1,0 +1,143 @@
+/* The deterministic mode's dQ kernel on Hopper with a TMA producer warpgroup (sm_90a) and its launch:
+ * consumer_dq_wg.cuh's algorithm; warpgroup 0 produces (pipeline.cuh: Q and dO once, then K and V of every tile
+ * into a ring of STAGES as soon as a stage is free), warpgroups 1 and 2 consume.
+ *
+ * C: a configuration (kernel_common.cuh: dq_kernel::ws) with D, BN, STAGES and FALLBACK, the dq_wg_kernel
+ * configuration that runs where the driver refuses a tensor map. */
+#ifndef FW_BWD_KERNEL_DQ_WS_CUH
+#define FW_BWD_KERNEL_DQ_WS_CUH
+
+#include <string.h>
+#include "backends/cuda/bwd/kernel_dq_wg.cuh"
+#include "backends/cuda/parts/pipeline.cuh"
+#include "backends/cuda/parts/tensor_maps.cuh"
+
+namespace fwbwd {
+
+/* Tensor maps of the dQ pass's operands (fwparts::tma_make: box 64 columns x BM or BN rows). */
+struct dq_tma_maps {
+    CUtensorMap q, dout, k, v;
+    int swap_q, swap_do, swap_k, swap_v;
+};
+
+/* Shared memory: dq_wg_geom's tiles plus the mbarriers (256 bytes). */
+template <class C> constexpr size_t dq_ws_smem_bytes()
+{
+    static_assert(fwparts::mbar_ring<C::STAGES>::BYTES <= 256, "the mbarriers' room");
+    return dq_wg_geom<C>::SMEM + 256;
+}
+
+template <typename T, class C>
+__global__ void __launch_bounds__(384, 1) dq_ws_kernel(const fw_bwd_tc_params p, const __grid_constant__ dq_tma_maps m)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = dq_wg_geom<C>;
+    constexpr int D = C::D, BM = G::BM, BN = G::BN, ST = G::ST, CB = D / 64;
+    static_assert(D % 64 == 0 && BN % 64 == 0 && ST >= 2, "wgmma tile shapes");
+    using namespace fwparts;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
+    const uint32_t base = smem_base_1024(smem_raw);
+    const uint32_t sQ = base, sdO = sQ + G::QD_BYTES, sK = sdO + G::QD_BYTES, sV = sK + ST * G::KV_BYTES;
+    const mbar_ring<ST> ring{sV + ST * G::KV_BYTES}; /* resident: Q and dO; loads 0, 1: K, V */
+    auto k_at = [&](int st) { return sK + (uint32_t)st * G::KV_BYTES; };
+    auto v_at = [&](int st) { return sV + (uint32_t)st * G::KV_BYTES; };
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    const query_block blk = dq_block<BM, BN>(p);
+    const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
+
+    if (tid == 0) ring.init(256);
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        producer_registers<24>();
+        if (warp == 0 && lane == 0) {
+            mbar_expect_tx(ring.resident(), 2 * G::QD_BYTES);
+#pragma unroll
+            for (int cb = 0; cb < CB; cb++) {
+                tma_load(sQ + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, ring.resident(), cb * 64, m0, h, b);
+                tma_load(sdO + (uint32_t)(cb * BM * 128), &m.dout, m.swap_do, ring.resident(), cb * 64, m0, h, b);
+            }
+            produce_ring(ring, n_tiles, [&](int t, int st) {
+                const int n0 = n_begin + t * BN;
+                mbar_expect_tx(ring.full(0, st), G::KV_BYTES);
+                tma_load_tile<CB, BN>(k_at(st), &m.k, m.swap_k, ring.full(0, st), n0, hk, b);
+                mbar_expect_tx(ring.full(1, st), G::KV_BYTES);
+                tma_load_tile<CB, BN>(v_at(st), &m.v, m.swap_v, ring.full(1, st), n0, hk, b);
+            });
+        }
+        return;
+    }
+
+    consumer_registers<240>();
+    dq_rows<T, D, BN, BM> w;
+    w.init(p, sQ, sdO, wg - 1, warp & 3, lane, m0, b, h);
+    mbar_wait(ring.resident(), 0);
+    if (n_tiles > 0) {
+        ring.wait_full(0, 0);
+        ring.wait_full(1, 0);
+        w.issue_s_dp(k_at(0), v_at(0));
+        wgmma_wait<0>();
+        wgmma_reg_fence(w.s);
+        wgmma_reg_fence(w.dp);
+        w.elementwise(p, m0, n_begin);
+        w.ds_to_a();
+    }
+    for (int t = 1; t < n_tiles; t++) {
+        const int st = t % ST, pst = (t - 1) % ST;
+        ring.wait_full(0, t);
+        ring.wait_full(1, t);
+        w.issue_s_dp(k_at(st), v_at(st));
+        w.issue_dq(k_at(pst));
+        wgmma_wait<1>(); /* S, dP of tile t done; dQ of tile t-1 may still run */
+        wgmma_reg_fence(w.s);
+        wgmma_reg_fence(w.dp);
+        w.elementwise(p, m0, n_begin + t * BN);
+        wgmma_wait<0>();
+        wgmma_reg_fence(w.acc);
+        ring.release(t - 1); /* K(t-1) and V(t-1) are read */
+        w.ds_to_a();
+    }
+    if (n_tiles > 0) {
+        w.issue_dq(k_at((n_tiles - 1) % ST));
+        wgmma_wait<0>();
+        wgmma_reg_fence(w.acc);
+    }
+    w.store(p, m0, b, h);
+#else
+    (void)p;
+    (void)m;
+    __trap(); /* sm_90a only */
+#endif
+}
+
+/* Host: the dQ pass with the producer warpgroup; falls back to C::FALLBACK's dq_wg_kernel where the driver refuses
+ * a tensor map. */
+template <typename T, class C> static cudaError_t dq_ws_launch(const fw_bwd_tc_params &p, cudaStream_t s)
+{
+    using G = dq_wg_geom<C>;
+    constexpr int BN = G::BN;
+    const int Hk = p.H / p.group;
+    dq_tma_maps m;
+    memset(&m, 0, sizeof m);
+    const dim3 grid((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
+    if (!fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, p.Lq, p.H, p.B, p.q_s[2], p.q_s[1], p.q_s[0], G::BM) ||
+        !fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, p.Lq, p.H, p.B, p.do_s[2], p.do_s[1], p.do_s[0], G::BM) ||
+        !fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, p.Lk, Hk, p.B, p.k_s[2], p.k_s[1], p.k_s[0], BN) ||
+        !fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, p.Lk, Hk, p.B, p.v_s[2], p.v_s[1], p.v_s[0], BN)) {
+        using F = typename C::FALLBACK;
+        cudaError_t e = fw_cuda_smem_limit<dq_wg_kernel<T, F>>(dq_wg_geom<F>::SMEM);
+        if (e != cudaSuccess) return e;
+        dq_wg_kernel<T, F><<<grid, 256, dq_wg_geom<F>::SMEM, s>>>(p);
+        return cudaGetLastError();
+    }
+    const size_t smem = dq_ws_smem_bytes<C>();
+    cudaError_t e = fw_cuda_smem_limit<dq_ws_kernel<T, C>>(smem);
+    if (e != cudaSuccess) return e;
+    dq_ws_kernel<T, C><<<grid, 384, smem, s>>>(p, m);
+    return cudaGetLastError();
+}
+
+} /* namespace fwbwd */
+#endif

@@ -1,0 +1,142 @@
+/* Host side of the tensor-core backward: a record's launch (its dK/dV kernel for the dQ mode, then in the
+ * deterministic mode its dQ kernel) and the shared memory a record takes per mode. The generated instantiation files
+ * (generated/bwd_tc_d*.cu) call tc_launch with a record's two configurations (kernel_common.cuh). */
+#ifndef FW_BWD_LAUNCH_CUH
+#define FW_BWD_LAUNCH_CUH
+
+#include <type_traits>
+#include "backends/cuda/bwd/kernel_dkdv_mma.cuh"
+#include "backends/cuda/bwd/kernel_dkdv_mma2d.cuh"
+#include "backends/cuda/bwd/kernel_dkdv_ws.cuh"
+#include "backends/cuda/bwd/kernel_dq_mma.cuh"
+#include "backends/cuda/bwd/kernel_dq_ws.cuh"
+
+namespace fwbwd {
+
+/* The wgmma dK/dV configuration that runs the deterministic mode where KV's own kernel does not: a ws record's
+ * cp.async fallback (where the driver refuses a tensor map), else KV itself. */
+template <class KV, kv_kernel K = KV::KIND> struct kv_wg_of { using type = KV; };
+template <class KV> struct kv_wg_of<KV, kv_kernel::ws> { using type = typename KV::FALLBACK; };
+
+/* Dynamic shared memory of the dK/dV kernel of KV in mode DQ (for ws, its cp.async fallback's). */
+template <class KV> constexpr size_t kv_smem(dq_mode dq)
+{
+    if constexpr (KV::KIND == kv_kernel::wg || KV::KIND == kv_kernel::ws)
+        return dq == dq_mode::atomic ? dkdv_wg_geom<typename KV::ATOMIC_KV, dq_mode::atomic>::SMEM
+                                     : dkdv_wg_geom<typename kv_wg_of<KV>::type, dq_mode::deterministic>::SMEM;
+    else if constexpr (KV::KIND == kv_kernel::mma2d)
+        return dkdv_mma2d_geom<KV>::SMEM;
+    else
+        return dq == dq_mode::atomic ? dkdv_geom<KV, dq_mode::atomic>::SMEM : dkdv_geom<KV, dq_mode::deterministic>::SMEM;
+}
+
+template <class DQ> constexpr size_t dq_smem()
+{
+    if constexpr (DQ::KIND == dq_kernel::ws)
+        return dq_ws_smem_bytes<DQ>();
+    else if constexpr (DQ::KIND == dq_kernel::wg)
+        return dq_wg_geom<DQ>::SMEM;
+    else
+        return dq_geom<DQ>::SMEM;
+}
+
+/* A record's shared memory in mode dq: the larger of the mode's kernels (the ws kernels' included). */
+template <class KV, class DQ> constexpr size_t tc_smem(dq_mode dq)
+{
+    if (dq == dq_mode::atomic) return kv_smem<KV>(dq);
+    size_t a = kv_smem<KV>(dq);
+    if constexpr (KV::KIND == kv_kernel::ws)
+        if (dkdv_ws_geom<KV>::SMEM > a) a = dkdv_ws_geom<KV>::SMEM;
+    const size_t b = dq_smem<DQ>();
+    return a > b ? a : b;
+}
+
+/* Keys per dK/dV block. */
+template <class KV> constexpr int kv_block_keys()
+{
+    if constexpr (KV::KIND == kv_kernel::mma)
+        return 16 * KV::WARPS;
+    else
+        return 128;
+}
+
+/* fw_bwd_args → fw_bwd_tc_params: the window as ints (an unbounded side becomes Lq + Lk, which is as good). */
+static inline fw_bwd_tc_params make_tc_params(const fw_bwd_args *a)
+{
+    fw_bwd_tc_params p;
+    p.q = a->q; p.k = a->k; p.v = a->v; p.dout = a->dout;
+    p.dq = a->dq; p.dk = a->dk; p.dv = a->dv;
+    p.lse2 = a->lse2; p.delta = a->delta; p.dq_acc = a->dq_acc;
+    for (int i = 0; i < 3; i++) {
+        p.q_s[i] = a->q_s[i]; p.k_s[i] = a->k_s[i]; p.v_s[i] = a->v_s[i]; p.do_s[i] = a->do_s[i];
+        p.dq_s[i] = a->dq_s[i]; p.dk_s[i] = a->dk_s[i]; p.dv_s[i] = a->dv_s[i];
+    }
+    p.B = a->B; p.H = a->H; p.group = a->group; p.Lq = a->Lq; p.Lk = a->Lk; p.d = a->D;
+    const long long big = (long long)a->Lq + a->Lk + 1;
+    const long long wl = a->wl < big ? a->wl : big, wr = a->wr < big ? a->wr : big;
+    p.has_window = wl < big || wr < big;
+    p.wl = (int)wl; p.wr = (int)wr; p.off = (int)a->off;
+    p.scale = a->scale;
+    p.scale_log2 = a->scale * 1.4426950408889634f;
+    return p;
+}
+
+/* The dK/dV kernel of KV in mode DQM on grid_kv. */
+template <typename T, class KV, dq_mode DQM>
+static cudaError_t launch_dkdv(const fw_bwd_tc_params &p, const dim3 &grid_kv, cudaStream_t s)
+{
+    cudaError_t e;
+    if constexpr (KV::KIND == kv_kernel::wg || KV::KIND == kv_kernel::ws) {
+        using W = typename std::conditional<DQM == dq_mode::atomic, typename KV::ATOMIC_KV, typename kv_wg_of<KV>::type>::type;
+        const size_t smem = dkdv_wg_geom<W, DQM>::SMEM;
+        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, W, DQM>>(smem)) != cudaSuccess) return e;
+        dkdv_wg_kernel<T, W, DQM><<<grid_kv, 256, smem, s>>>(p);
+    } else if constexpr (KV::KIND == kv_kernel::mma2d) {
+        const size_t smem = dkdv_mma2d_geom<KV>::SMEM;
+        if ((e = fw_cuda_smem_limit<dkdv_mma2d_kernel<T, KV, DQM>>(smem)) != cudaSuccess) return e;
+        dkdv_mma2d_kernel<T, KV, DQM><<<grid_kv, 256, smem, s>>>(p);
+    } else {
+        const size_t smem = dkdv_geom<KV, DQM>::SMEM;
+        if ((e = fw_cuda_smem_limit<dkdv_mma_kernel<T, KV, DQM>>(smem)) != cudaSuccess) return e;
+        dkdv_mma_kernel<T, KV, DQM><<<grid_kv, KV::WARPS * 32, smem, s>>>(p);
+    }
+    return cudaGetLastError();
+}
+
+/* The deterministic mode's dQ kernel of DQ. */
+template <typename T, class DQ> static cudaError_t launch_dq(const fw_bwd_tc_params &p, cudaStream_t s)
+{
+    cudaError_t e;
+    if constexpr (DQ::KIND == dq_kernel::ws) {
+        return dq_ws_launch<T, DQ>(p, s); /* its cp.async fallback where a tensor map is refused */
+    } else if constexpr (DQ::KIND == dq_kernel::wg) {
+        using G = dq_wg_geom<DQ>;
+        if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, DQ>>(G::SMEM)) != cudaSuccess) return e;
+        const dim3 grid_q((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
+        dq_wg_kernel<T, DQ><<<grid_q, 256, G::SMEM, s>>>(p);
+    } else {
+        using G = dq_geom<DQ>;
+        if ((e = fw_cuda_smem_limit<dq_mma_kernel<T, DQ>>(G::SMEM)) != cudaSuccess) return e;
+        const dim3 grid_q((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
+        dq_mma_kernel<T, DQ><<<grid_q, DQ::WARPS * 32, G::SMEM, s>>>(p);
+    }
+    return cudaGetLastError();
+}
+
+/* A tensor-core record (fw_bwd_launch_fn): dK/dV configuration KV, dQ configuration DQ. */
+template <typename T, class KV, class DQ> static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s)
+{
+    const fw_bwd_tc_params p = make_tc_params(a);
+    constexpr int BN = kv_block_keys<KV>();
+    const dim3 grid_kv((unsigned)((p.Lk + BN - 1) / BN), (unsigned)(p.H / p.group), (unsigned)p.B);
+    if (atomic_dq) return launch_dkdv<T, KV, dq_mode::atomic>(p, grid_kv, s);
+    cudaError_t e;
+    int ws = 0;
+    if constexpr (KV::KIND == kv_kernel::ws) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
+        if ((e = dkdv_ws_launch<T, KV>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
+    if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic>(p, grid_kv, s)) != cudaSuccess) return e;
+    return launch_dq<T, DQ>(p, s);
+}
+
+} /* namespace fwbwd */
+#endif

@@ -1,0 +1,89 @@
+/* The CUDA backward family: its kernels' parameters and its kernel records.
+ *
+ * A record is one compiled configuration of the backward's kernels for one padded head dim: a dK/dV kernel (which
+ * in the atomic dQ mode also adds dQ into an f32 accumulator) and the deterministic mode's separate dQ kernel, with
+ * its shared memory per mode and its launch functions. The records are generated with their instantiation files
+ * (scripts/gen_kernels.py from src/backends/cuda/kernels.tsv into generated/); heuristics.cu chooses among them and
+ * cuda_backward.cu launches the one chosen. */
+#ifndef FW_BWD_PARAMS_H
+#define FW_BWD_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything a backward launch needs; strides (batch, head, seq) in elements. The CUDA-core kernels take it as
+ * it is; the tensor-core kernels take fw_bwd_tc_params (launch.cuh converts). */
+typedef struct fw_bwd_args {
+    const void *q, *k, *v, *o, *dout;
+    void *dq, *dk, *dv;
+    const float *lse;   /* forward's LSE, contiguous (B, H, Lq), natural log */
+    const float *delta; /* workspace (B, H, Lq) */
+    const float *lse2;  /* tensor-core records: workspace (B, H, Lq), LSE·log2 e (+inf where LSE = −inf) */
+    float *dq_acc;      /* atomic mode: zeroed workspace (B, H, Lq, D) */
+    long long q_s[3], k_s[3], v_s[3], o_s[3], do_s[3], dq_s[3], dk_s[3], dv_s[3];
+    long long off, wl, wr; /* fw_problem's diag_offset, window_left, window_right (FW_UNBOUNDED ok) */
+    int B, H, Hkv, group, Lq, Lk, D;
+    float scale;
+} fw_bwd_args;
+
+/* The tensor-core kernels' arguments: fw_bwd_args with the window folded into ints that cannot overflow. */
+typedef struct fw_bwd_tc_params {
+    const void *q, *k, *v, *dout;
+    void *dq, *dk, *dv;
+    const float *lse2, *delta;
+    float *dq_acc;
+    long long q_s[3], k_s[3], v_s[3], do_s[3], dq_s[3], dk_s[3], dv_s[3];
+    int B, H, group, Lq, Lk, d;
+    int off, wl, wr, has_window; /* visible: i + off − wl <= j <= i + off + wr (when has_window) */
+    float scale, scale_log2;
+} fw_bwd_tc_params;
+
+/* A record's launch for one element type: the dK/dV kernel, and in the deterministic mode (atomic_dq = 0) the dQ
+ * kernel after it, on the stream; the caller made the Δ (and lse2) workspace and, for atomic_dq, the zeroed
+ * dQ accumulator. Returns a cudaError_t. */
+typedef cudaError_t (*fw_bwd_launch_fn)(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+
+/* The dK/dV kernel of a record. */
+typedef enum fw_bwd_kernel {
+    FW_BWD_CORES = 0, /* CUDA cores, f32 arithmetic for every dtype, with its own dQ kernel (kernel_cores.cuh) */
+    FW_BWD_MMA = 1,   /* mma.sync, warp w owns keys 16w .. (kernel_dkdv_mma.cuh): sm_80 machine code */
+    FW_BWD_MMA2D = 2, /* mma.sync with 2-D warp tiling (kernel_dkdv_mma2d.cuh): sm_80 */
+    FW_BWD_WG = 3,    /* wgmma, every thread loads with cp.async (kernel_dkdv_wg.cuh): sm_90a */
+    FW_BWD_WS = 4     /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode): sm_90a */
+} fw_bwd_kernel;
+
+/* The deterministic mode's dQ kernel of a tensor-core record. */
+typedef enum fw_bwd_dq_kernel {
+    FW_BWD_DQ_CORES = 0, /* the CUDA-core records' own */
+    FW_BWD_DQ_MMA = 1,   /* mma.sync (kernel_dq_mma.cuh) */
+    FW_BWD_DQ_WG = 2,    /* wgmma with cp.async (kernel_dq_wg.cuh) */
+    FW_BWD_DQ_WS = 3     /* wgmma, a TMA producer warpgroup (kernel_dq_ws.cuh) */
+} fw_bwd_dq_kernel;
+
+typedef struct fw_bwd_record {
+    const char *name;     /* unique within a head dim; configuration names and FW_CUDA_BWD_CONFIG hold it */
+    fw_bwd_kernel kernel; /* the dK/dV kernel */
+    int arch;             /* 80: runs on compute capability 8.0 and later; 90: sm_90a, on 9.0 only */
+    int d;                /* padded head dim: 64, 128 (tensor cores), 256 (CUDA cores) */
+    int bm, bn, warps;    /* dK/dV kernel: query rows per step, keys per block, warps per block */
+    int stages;           /* its ring of query tiles (wg: 3 = the overlapped schedule, deterministic mode) */
+    int sub_m;            /* mma: query rows per sub-tile (== bm: none) */
+    fw_bwd_dq_kernel dq_kernel;
+    int dq_warps, dq_mt, dq_bn; /* dQ kernel: warps (mma), m16 tiles per warp (mma), keys per step */
+    size_t smem_atomic, smem_deterministic; /* dynamic shared memory, the larger of a mode's kernels, bytes */
+    fw_bwd_launch_fn f32, f16, bf16;        /* f32: the CUDA-core records only (NULL elsewhere) */
+} fw_bwd_record;
+
+/* generated/bwd_records.cu: every record, head dims ascending, in the table's order within one. */
+extern const fw_bwd_record fw_bwd_records[];
+extern const int fw_bwd_nrecords;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

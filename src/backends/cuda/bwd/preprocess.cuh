@@ -1,0 +1,163 @@
+/* The backward's element-wise passes around its kernels (FlashAttention-2's preprocess and dQ conversion), and the
+ * element loads and stores in f32 that the CUDA-core kernels and the store strategy share.
+ *
+ * Before: Δ_i = rowsum(dO_i ∘ O_i) in f32, FW_BWD_DELTA_LANES lanes per row, into a workspace (B, H, Lq); for the
+ * tensor-core kernels also lse2_i = LSE_i · log2 e (softmax.cuh: +inf where LSE = −inf, so that P = 0 there).
+ * After, in the atomic dQ mode: the f32 dQ accumulator (B, H, Lq, D) into dq in its dtype and strides. */
+#ifndef FW_BWD_PREPROCESS_CUH
+#define FW_BWD_PREPROCESS_CUH
+
+#include <math.h>
+#include <stdint.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include "backends/cuda/bwd/params.h"
+#include "backends/cuda/common/cuda_common.h"
+#include "backends/cuda/parts/softmax.cuh"
+
+/* One element as f32, and back rounded to the nearest. */
+template <typename T> struct fw_bwd_io;
+template <> struct fw_bwd_io<float> {
+    static __device__ __forceinline__ float ld(const float *p) { return *p; }
+    static __device__ __forceinline__ void st(float *p, float x) { *p = x; }
+};
+template <> struct fw_bwd_io<__half> {
+    static __device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
+    static __device__ __forceinline__ void st(__half *p, float x) { *p = __float2half_rn(x); }
+};
+template <> struct fw_bwd_io<__nv_bfloat16> {
+    static __device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+    static __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+};
+
+/* rowsum(o ∘ dout) over D elements by FW_BWD_DELTA_LANES consecutive lanes (sub = lane index within
+ * them); every one of them gets the sum. vec: both rows 16-byte aligned and D a multiple of 16 bytes, so
+ * each lane reads 16-byte vectors (a 64-dim bf16 row is one 16-byte load per lane). Lanes of rows past
+ * the end must still call it (the shuffles take all 32 lanes) with D = 0. */
+#define FW_BWD_DELTA_LANES 8
+template <typename T> __device__ __forceinline__ float fw_bwd_dot16(const uint4 &x, const uint4 &y);
+template <> __device__ __forceinline__ float fw_bwd_dot16<float>(const uint4 &x, const uint4 &y)
+{
+    return __uint_as_float(x.x) * __uint_as_float(y.x) + __uint_as_float(x.y) * __uint_as_float(y.y) +
+           __uint_as_float(x.z) * __uint_as_float(y.z) + __uint_as_float(x.w) * __uint_as_float(y.w);
+}
+template <typename T2, float2 (*TO_F2)(T2)>
+__device__ __forceinline__ float fw_bwd_dot16_pairs(const uint4 &x, const uint4 &y)
+{
+    const T2 *a = reinterpret_cast<const T2 *>(&x), *b = reinterpret_cast<const T2 *>(&y);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 u = TO_F2(a[j]), v = TO_F2(b[j]);
+        sum = fmaf(u.x, v.x, fmaf(u.y, v.y, sum));
+    }
+    return sum;
+}
+__device__ __forceinline__ float2 fw_half2_f2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 fw_bf162_f2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+template <> __device__ __forceinline__ float fw_bwd_dot16<__half>(const uint4 &x, const uint4 &y)
+{
+    return fw_bwd_dot16_pairs<__half2, fw_half2_f2>(x, y);
+}
+template <> __device__ __forceinline__ float fw_bwd_dot16<__nv_bfloat16>(const uint4 &x, const uint4 &y)
+{
+    return fw_bwd_dot16_pairs<__nv_bfloat162, fw_bf162_f2>(x, y);
+}
+
+template <typename T>
+__device__ __forceinline__ float fw_bwd_row_delta(const T *orow, const T *drow, int D, int sub, int vec)
+{
+    float sum = 0.0f;
+    if (vec) {
+        constexpr int V = 16 / sizeof(T);
+        for (int d = sub * V; d < D; d += FW_BWD_DELTA_LANES * V)
+            sum += fw_bwd_dot16<T>(*reinterpret_cast<const uint4 *>(orow + d), *reinterpret_cast<const uint4 *>(drow + d));
+    } else {
+        for (int d = sub; d < D; d += FW_BWD_DELTA_LANES)
+            sum = fmaf(fw_bwd_io<T>::ld(orow + d), fw_bwd_io<T>::ld(drow + d), sum);
+    }
+#pragma unroll
+    for (int m = FW_BWD_DELTA_LANES / 2; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    return sum;
+}
+
+/* vec of fw_bwd_row_delta for one (B, H, L, D) tensor: aligned base, every used stride and D multiples of 16 bytes. */
+template <typename T>
+static inline int fw_bwd_rows_vec16(const void *ptr, const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int64_t D)
+{
+    constexpr int64_t V = 16 / sizeof(T);
+    return fw_cuda_aligned16(ptr) && D % V == 0 && fw_cuda_unaligned_stride(s, nb, nh, ns, V) < 0;
+}
+
+/* Δ_i = rowsum(dO_i ∘ O_i) in f32 over the rows (b, h, i) of (B, H, Lq), stored at (b·H + h)·Lq + i;
+ * with lse2, also lse2_i = LSE_i · log2 e, +inf where LSE = −inf (a row that sees no key: the tensor-core
+ * kernels' P = exp2(x − lse2) = 0). FW_BWD_DELTA_LANES lanes per row, grid (row blocks, H, B). */
+#define FW_BWD_DELTA_ROWS (256 / FW_BWD_DELTA_LANES)
+struct fw_bwd_delta_args {
+    const void *o, *dout;
+    long long o_s[3], do_s[3];
+    const float *lse;
+    float *delta, *lse2;
+    int H, Lq, D, vec;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_delta_args a)
+{
+    const int sub = threadIdx.x % FW_BWD_DELTA_LANES;
+    const int i = blockIdx.x * FW_BWD_DELTA_ROWS + threadIdx.x / FW_BWD_DELTA_LANES;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const bool live = i < a.Lq;
+    const T *orow = (const T *)a.o + (long long)b * a.o_s[0] + (long long)h * a.o_s[1] + (long long)i * a.o_s[2];
+    const T *drow = (const T *)a.dout + (long long)b * a.do_s[0] + (long long)h * a.do_s[1] + (long long)i * a.do_s[2];
+    const float sum = fw_bwd_row_delta<T>(orow, drow, live ? a.D : 0, sub, a.vec);
+    if (live && sub == 0) {
+        const long long row = ((long long)b * a.H + h) * a.Lq + i;
+        a.delta[row] = sum;
+        if (a.lse2) {
+            const float l = a.lse[row];
+            a.lse2[row] = fwparts::softmax_lse2(l);
+        }
+    }
+}
+
+/* Launches fw_bwd_delta_kernel for p on s (lse2 may be NULL); the caller checks the launch. */
+template <typename T>
+static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *lse2, cudaStream_t s)
+{
+    fw_bwd_delta_args a;
+    a.o = p->o;
+    a.dout = p->dout;
+    for (int i = 0; i < 3; i++) {
+        a.o_s[i] = p->o_stride[i];
+        a.do_s[i] = p->do_stride[i];
+    }
+    a.lse = p->lse;
+    a.delta = delta;
+    a.lse2 = lse2;
+    a.H = (int)p->heads;
+    a.Lq = (int)p->seqlen_q;
+    a.D = (int)p->head_dim;
+    a.vec = fw_bwd_rows_vec16<T>(p->o, p->o_stride, p->batch, p->heads, p->seqlen_q, p->head_dim) &&
+            fw_bwd_rows_vec16<T>(p->dout, p->do_stride, p->batch, p->heads, p->seqlen_q, p->head_dim);
+    const dim3 grid((unsigned)((p->seqlen_q + FW_BWD_DELTA_ROWS - 1) / FW_BWD_DELTA_ROWS), (unsigned)p->heads,
+                    (unsigned)p->batch);
+    fw_bwd_delta_kernel<T><<<grid, 256, 0, s>>>(a);
+}
+
+/* Atomic mode: the f32 dQ accumulator (B, H, Lq, D) into dq (output dtype and strides). */
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_args a)
+{
+    const long long n = (long long)a.B * a.H * a.Lq * a.D;
+    T *dq = (T *)a.dq;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long d = idx % a.D, row = idx / a.D;
+        const long long i = row % a.Lq, bh = row / a.Lq;
+        const long long h = bh % a.H, b = bh / a.H;
+        fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d, a.dq_acc[idx]);
+    }
+}
+
+#endif
