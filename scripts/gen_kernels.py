@@ -11,8 +11,10 @@ is the table of records (fwd/params.h: fw_fwd_record) that the heuristics choose
 Backward (bwd.*): per padded head dim, generated/bwd_tc_d<D>.cu (tensor cores) and bwd_cores_d<D>.cu (CUDA cores)
 hold one configuration struct per distinct kernel shape (a shape that several records share is instantiated
 once) and the launch functions of every record; generated/bwd_records.cu is its table (bwd/params.h).
+f32 (f32.*, cuda-flash-f32): generated/f32_d<D>.cu (a launch function per precision form: exact, or tf32 and
+3xtf32) and generated/f32_records.cu (f32/params.h: fw_f32_record).
 Each instantiation file asserts that the kernels' shared memory is the record's, so the table and the kernels
-cannot drift. The f32 family can join as a further family of the same table."""
+cannot drift."""
 import os
 import re
 import shutil
@@ -28,6 +30,8 @@ DTYPES = (("f16", "__half"), ("bf16", "__nv_bfloat16"))
 KERNEL = {"fwd.mma": "FW_FWD_MMA", "fwd.wg": "FW_FWD_WG", "fwd.ws": "FW_FWD_WS"}
 BWD_KERNEL = {"bwd.cores": "FW_BWD_CORES", "bwd.mma": "FW_BWD_MMA", "bwd.mma2d": "FW_BWD_MMA2D", "bwd.wg": "FW_BWD_WG",
               "bwd.ws": "FW_BWD_WS"}
+F32_KERNEL = {"f32.exact": "FW_F32_EXACT", "f32.mma": "FW_F32_MMA", "f32.wg": "FW_F32_WG", "f32.wg1": "FW_F32_WG1",
+              "f32.ws": "FW_F32_WS"}
 ARCH = {"sm80": 80, "sm90a": 90}
 
 
@@ -48,12 +52,12 @@ def read_table():
         if family in BWD_KERNEL:
             bwd.append(read_bwd(n, line))
             continue
-        if family not in KERNEL:
+        if family not in KERNEL and family not in F32_KERNEL:
             fail(f"kernels.tsv:{n}: unknown family {family}")
         if arch not in ARCH:
             fail(f"kernels.tsv:{n}: unknown arch {arch}")
         r = dict(line=n, family=family, name=name, arch=arch, d=int(d), bm=int(bm), bn=int(bn), warps=int(warps),
-                 stages=int(stages), qr=False, sub=int(bn), pp=False, fallback=None)
+                 stages=int(stages), qr=False, sub=int(bn), pp=False, fallback=None, **F32_DEFAULTS)
         for o in ([] if options == "-" else options.split(",")):
             if o == "qr" and family == "fwd.mma":
                 r["qr"] = True
@@ -63,18 +67,26 @@ def read_table():
                 r["pp"] = True
             elif o.startswith("fallback=") and family == "fwd.ws":
                 r["fallback"] = o[len("fallback="):]
+            elif family in F32_KERNEL and f32_option(r, o):
+                pass
             else:
                 fail(f"kernels.tsv:{n}: option {o} does not apply to {family}")
         check_record(r)
         recs.append(r)
     by_key = {}
     for r in recs:
-        if (r["d"], r["name"]) in by_key:
+        key = (group(r), r["d"], r["name"])
+        if key in by_key:
             fail(f"kernels.tsv:{r['line']}: {r['name']} twice for head dim {r['d']}")
-        by_key[(r["d"], r["name"])] = r
+        by_key[key] = r
+    for r in recs:
+        if r["family"] == "f32.ws" and r["fallback"]:
+            f = by_key.get(("f32", r["d"], r["fallback"]))
+            if not f or f["family"] != "f32.ws" or f["short"] or not f["persist"]:
+                fail(f"kernels.tsv:{r['line']}: fallback {r['fallback']} is not a persistent f32.ws record of head dim {r['d']}")
     for r in recs:
         if r["family"] == "fwd.ws":
-            f = by_key.get((r["d"], r["fallback"]))
+            f = by_key.get(("fwd", r["d"], r["fallback"]))
             if not f or f["family"] != "fwd.wg":
                 fail(f"kernels.tsv:{r['line']}: fallback {r['fallback']} is not a wg record of head dim {r['d']}")
             r["fallback_ident"] = ident(f)
@@ -93,8 +105,15 @@ def derived_name(r):
     return f"bm{r['bm']}-bn{r['bn']}-w{r['warps']}-s{r['stages']}" + ("-qr" if r["qr"] else "") + sub
 
 
+def group(r):
+    """The backend family a record belongs to: fwd (cuda-flash) or f32 (cuda-flash-f32)."""
+    return r["family"].split(".")[0]
+
+
 def check_record(r):
     where = f"kernels.tsv:{r['line']}"
+    if group(r) == "f32":
+        return f32_check_record(r)
     if r["name"] != derived_name(r):
         fail(f"{where}: the name of these fields is {derived_name(r)}, not {r['name']}")
     if r["family"] == "fwd.mma":
@@ -426,15 +445,181 @@ def bwd_files(recs):
 
 def generate(dest):
     recs, bwd = read_table()
+    fwd = [r for r in recs if group(r) == "fwd"]
+    f32 = [r for r in recs if group(r) == "f32"]
     files = {}
-    for d in sorted({r["d"] for r in recs}):
-        files[f"fwd_d{d}.cu"] = instantiation_file(d, [r for r in recs if r["d"] == d])
-    files["fwd_records.cu"] = records_file(recs)
+    for d in sorted({r["d"] for r in fwd}):
+        files[f"fwd_d{d}.cu"] = instantiation_file(d, [r for r in fwd if r["d"] == d])
+    files["fwd_records.cu"] = records_file(fwd)
+    for d in sorted({r["d"] for r in f32}):
+        files[f"f32_d{d}.cu"] = f32_instantiation_file(d, [r for r in f32 if r["d"] == d])
+    files["f32_records.cu"] = f32_records_file(f32)
     files.update(bwd_files(bwd))
     for name, text in files.items():
         with open(os.path.join(dest, name), "w") as f:
             f.write(text)
     return files
+
+
+# ---- the f32 family (cuda-flash-f32) --------------------------------------------------------------------------------
+F32_DEFAULTS = dict(tm=0, kv1=False, unroll=4, few=0, local=0, persist=False, short=False)
+F32_FORMS = {"f32.exact": ("exact",), "f32.mma": ("tf32", "tf32x3"), "f32.wg": ("tf32", "tf32x3"),
+             "f32.wg1": ("tf32", "tf32x3"), "f32.ws": ("tf32", "tf32x3")}
+F32_LAUNCH = {"f32.exact": "exact_launch", "f32.mma": "mma_launch", "f32.wg": "wg_launch", "f32.wg1": "wg1_launch",
+              "f32.ws": "ws_launch"}
+F32_HEADER = {"f32.exact": "kernel_exact.cuh", "f32.mma": "kernel_mma.cuh", "f32.wg": "kernel_wg.cuh",
+              "f32.wg1": "kernel_wg1.cuh", "f32.ws": "kernel_ws.cuh"}
+F32_PROTO = ("cudaError_t {}(const fw_f32_params *a, const fw_f32_plan *plan, int batch, cudaStream_t stream, "
+             "const fw_knobs *k)")
+
+
+def f32_option(r, o):
+    """Parses option o of an f32 record into r; False where it does not apply to the record's family."""
+    fam = r["family"]
+    if fam == "f32.exact" and re.fullmatch(r"tm\d+", o):
+        r["tm"] = int(o[2:])
+    elif fam == "f32.exact" and o == "kv1":
+        r["kv1"] = True
+    elif fam == "f32.exact" and re.fullmatch(r"unr\d+", o):
+        r["unroll"] = int(o[3:])
+    elif fam == "f32.exact" and re.fullmatch(r"few=\d+", o):
+        r["few"] = int(o[4:])
+    elif fam == "f32.ws" and re.fullmatch(r"local=\d+", o):
+        r["local"] = int(o[6:])
+    elif fam == "f32.ws" and o == "persist":
+        r["persist"] = True
+    elif fam == "f32.ws" and o == "short":
+        r["short"] = True
+    elif fam == "f32.ws" and o.startswith("fallback="):
+        r["fallback"] = o[len("fallback="):]
+    else:
+        return False
+    return True
+
+
+def f32_derived_name(r):
+    """The configuration names as cuda-flash-f32 has always spelled them (tuning tables hold them)."""
+    fam = r["family"]
+    if fam == "f32.exact":
+        return f"bm{r['bm']}-bn{r['bn']}-tm{r['tm']}" + ("-kv1" if r["kv1"] else "")
+    if fam == "f32.mma":
+        return f"bm{r['bm']}-bn{r['bn']}-w{r['warps']}"
+    if fam == "f32.ws":
+        kind = "ws" + ("f" if r["local"] else "") + ("p" if r["persist"] else "") + ("s" if r["short"] else "")
+        return f"{kind}-bm{r['bm']}-bn{r['bn']}"
+    return f"{fam[4:]}-bm{r['bm']}-bn{r['bn']}"
+
+
+def f32_check_record(r):
+    where = f"kernels.tsv:{r['line']}"
+    if r["name"] != f32_derived_name(r):
+        fail(f"{where}: the name of these fields is {f32_derived_name(r)}, not {r['name']}")
+    fam, d = r["family"], r["d"]
+    if d not in (32, 64, 128, 256):
+        fail(f"{where}: an f32 record's head dim is 32, 64, 128 or 256")
+    if fam == "f32.exact":
+        if (r["arch"] != "sm80" or not r["tm"] or r["bm"] % r["tm"] or r["bm"] // r["tm"] * 8 != 32 * r["warps"]
+                or r["bn"] % 8 or r["stages"] != (1 if r["kv1"] else 2)):
+            fail(f"{where}: an exact record is sm80 with tmN, warps = bm / tm / 4, bn a multiple of 8, stages 1 (kv1) or 2")
+    elif fam == "f32.mma":
+        if r["arch"] != "sm80" or r["bm"] % 64 or r["warps"] != 4 or r["bn"] % 8 or r["stages"] != 2:
+            fail(f"{where}: an mma record is sm80, 4 warps of bm / 64 m16 tiles, 2 stages")
+    else:
+        shape = {"f32.wg": (128, 8, 2), "f32.wg1": (64, 4, 1), "f32.ws": (128, 12, 2)}[fam]
+        if r["arch"] != "sm90a" or d != 64 or r["bn"] != 64 or (r["bm"], r["warps"], r["stages"]) != shape:
+            fail(f"{where}: a {fam} record is sm90a, d 64, bn 64, bm/warps/stages {shape}")
+        if fam == "f32.ws" and (r["persist"] and r["local"] or r["short"] != bool(r["fallback"])
+                                or r["short"] and not r["persist"]):
+            fail(f"{where}: a ws record is local=N or persist (short with a fallback)")
+
+
+def f32_smem(r, form):
+    """Dynamic shared memory of the record's kernel in one precision form, as the kernel's geometry computes it."""
+    fam, d, bm, bn = r["family"], r["d"], r["bm"], r["bn"]
+    if fam == "f32.exact":
+        kvb = 1 if r["kv1"] else 2
+        return (bm * (d + 4) + 2 * kvb * bn * (d + 4) + bm * (bn + 8)) * 4
+    if fam == "f32.mma":
+        return (bm * (d + 8) + 2 * bn * (d + 8) + 2 * bn * (d + 4)) * 4
+    raw, part = 2 * 64 * 64 * 4, 64 * 64 * 4
+    kst = (2 if form == "tf32x3" else 1) * part
+    if fam == "f32.wg":
+        return 2 * raw + 2 * kst + 3 * kst + 1024
+    if fam == "f32.wg1":
+        return raw + kst + max(kst, 64 * 68 * 4) + 1024
+    off_bar = 2 * kst + 3 * kst + ((1 if kst >= raw else 2) * raw if r["local"] or r["persist"] else 0)
+    return off_bar + 128 + (128 * 64 * 4 if r["persist"] else 0) + 1024
+
+
+def f32_ident(r):
+    return f"d{r['d']}_" + r["name"].replace("-", "_")
+
+
+def f32_launch_name(r, form):
+    return f"fw_f32_{f32_ident(r)}_{form}"
+
+
+def f32_config_struct(r):
+    i, fam = f32_ident(r), r["family"]
+    if fam == "f32.exact":
+        body = (f"    static constexpr int D = {r['d']}, BM = {r['bm']}, BN = {r['bn']}, TM = {r['tm']}, "
+                f"UNROLL = {r['unroll']};\n"
+                f"    static constexpr bool SINGLE_KV = {'true' if r['kv1'] else 'false'};\n")
+        asserts = [f"exact_geom<{i}>::SMEM == {f32_smem(r, 'exact')} && exact_geom<{i}>::NT == {32 * r['warps']}"]
+    elif fam == "f32.ws":
+        body = (f"    static constexpr int D = {r['d']}, BM = {r['bm']}, BN = {r['bn']}, LOCAL_TILES = {r['local']};\n"
+                f"    static constexpr bool PERSISTENT = {'true' if r['persist'] else 'false'}, "
+                f"SHORT_KEYS = {'true' if r['short'] else 'false'};\n")
+        asserts = [f"ws_geom<fwparts::{f}, {i}>::SMEM == {f32_smem(r, f)}" for f in F32_FORMS[fam]]
+    else:
+        body = f"    static constexpr int D = {r['d']}, BM = {r['bm']}, BN = {r['bn']}" + \
+               (f", WARPS = {r['warps']};\n" if fam == "f32.mma" else ";\n")
+        geom = {"f32.mma": "mma_geom<{i}>", "f32.wg": "wg_geom<fwparts::{f}>", "f32.wg1": "wg1_geom<fwparts::{f}>"}[fam]
+        asserts = [f"{geom.format(i=i, f=f)}::SMEM == {f32_smem(r, f)}" for f in F32_FORMS[fam]]
+        if fam == "f32.mma":
+            asserts = asserts[:1]
+    return (f"struct {i} {{\n{body}}};\n" +
+            "".join(f"static_assert({a}, \"kernels.tsv: shared memory\");\n" for a in asserts))
+
+
+def f32_instantiation_file(d, recs):
+    out = [f"/* {HEADER}\n * cuda-flash-f32's instantiations for padded head dim {d}: per record a configuration and a launch\n"
+           " * function per precision form (f32/params.h: fw_f32_record, generated/f32_records.cu). */"]
+    for fam in F32_HEADER:
+        if any(r["family"] == fam for r in recs):
+            out.append(f'#include "backends/cuda/f32/{F32_HEADER[fam]}"')
+    out.append("\nnamespace fwf32 {\n")
+    for r in recs:
+        out.append(f32_config_struct(r))
+    out.append("} /* namespace fwf32 */\n")
+    for r in recs:
+        for f in F32_FORMS[r["family"]]:
+            targs = (f"fwf32::{f32_ident(r)}" if r["family"] == "f32.exact" else f"fwparts::{f}, fwf32::{f32_ident(r)}")
+            out.append(f'extern "C" {F32_PROTO.format(f32_launch_name(r, f))}\n'
+                       f"{{\n    return fwf32::{F32_LAUNCH[r['family']]}<{targs}>(a, plan, batch, stream, k);\n}}")
+    return "\n".join(out) + "\n"
+
+
+def f32_records_file(recs):
+    out = [f"/* {HEADER}\n * cuda-flash-f32's records (f32/params.h), head dims ascending, in the table's order within one. */",
+           '#include "backends/cuda/f32/params.h"', "", 'extern "C" {']
+    for r in recs:
+        for f in F32_FORMS[r["family"]]:
+            out.append(F32_PROTO.format(f32_launch_name(r, f)) + ";")
+    out.append("}\n")
+    out.append("/* name, kernel, arch, d, bm, bn, warps, stages, tm, few_blocks, local_tiles, persistent, short_keys,\n"
+               " * fallback, then {launch, smem} for exact, tf32, 3xtf32 */")
+    out.append('extern "C" const fw_f32_record fw_f32_records[] = {')
+    for r in recs:
+        forms = ", ".join(f"{{{f32_launch_name(r, f)}, {f32_smem(r, f)}}}" if f in F32_FORMS[r["family"]] else "{NULL, 0}"
+                          for f in ("exact", "tf32", "tf32x3"))
+        fallback = f'"{r["fallback"]}"' if r["fallback"] else "NULL"
+        out.append(f'    {{"{r["name"]}", {F32_KERNEL[r["family"]]}, {ARCH[r["arch"]]}, {r["d"]}, {r["bm"]}, {r["bn"]}, '
+                   f'{r["warps"]}, {r["stages"]}, {r["tm"]}, {r["few"]}, {r["local"]}, {int(r["persist"])}, '
+                   f'{int(r["short"])}, {fallback},\n     {forms}}},')
+    out.append("};")
+    out.append('extern "C" const int fw_f32_nrecords = (int)(sizeof fw_f32_records / sizeof fw_f32_records[0]);')
+    return "\n".join(out) + "\n"
 
 
 def main():

@@ -9,16 +9,22 @@
 
 namespace fwparts {
 
+/* The shared-memory address of a pointer into shared memory. */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* 16 bytes from g into shared address saddr; bytes < 16 zero-fills the rest (0: all zeros). */
 __device__ __forceinline__ void cp_async16(uint32_t saddr, const void *g, int bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(g), "r"(bytes));
 }
-/* 4 bytes, through L1 (the statistics rows of the backward). */
+/* 4 bytes, through L1 (the statistics rows of the backward; the f32 kernels' unaligned rows). */
 __device__ __forceinline__ void cp_async4(uint32_t saddr, const void *g, int bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr), "l"(g), "r"(bytes));
 }
+/* The same into shared memory at a generic pointer: converted here, after the caller's operands (the order that
+ * the f32 kernels' tile loads were tuned with). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *g, int bytes) { cp_async16(smem_u32(dst), g, bytes); }
+__device__ __forceinline__ void cp_async4(void *dst, const void *g, int bytes) { cp_async4(smem_u32(dst), g, bytes); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /* Waits until at most N of this thread's committed groups are still in flight. */
 template <int N> __device__ __forceinline__ void cp_async_wait()

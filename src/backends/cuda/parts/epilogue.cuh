@@ -1,10 +1,14 @@
 /* Epilogues: the stores of accumulators that end a kernel.
  *
- * The forward's output epilogue: each warp normalises its rows of O (online_softmax's 1/l), rounds them to T,
+ * store_output (the 16-bit forward): each warp normalises its rows of O (online_softmax's 1/l), rounds them to T,
  * stages them in shared memory (rows padded to D + 8 elements: no bank conflicts on the 4-byte writes of
  * the accumulator layout), and copies them out with 16-byte stores, whole rows per quarter warp; the row's
  * log-sum-exp goes to lse (B, H, Lq) when asked for. Rows past Lq and columns past the real head dim d are
  * not written. P: a kernel parameter struct with o, o_sb, o_sh, o_ss, lse, H, Lq, d, scale.
+ *
+ *
+ * store_m16_f32 (the f32 forward): the rows of one m16 tile in the accumulator layout, normalised (log2_scores'
+ * final step) and stored straight to global memory, which holds f32 rows as they are.
  *
  * The backward's: a warp's m16 rows of f32 accumulators (the mma/wgmma C layout, mma.cuh) straight to global
  * memory, times a scale, rounded to T (dK, dV, dQ), or added into an f32 accumulator with atomics (dQ in the
@@ -158,6 +162,40 @@ __device__ __forceinline__ void atomic_add_dq_rows(const P &p, float *acc_g, con
                 if (col < p.d) atomic_add2(dst + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
             }
         }
+    }
+}
+
+/* One m16 tile of O (rows w.wrow0 + w.g and w.wrow0 + w.g + 8 of the block whose first row is m0; m, l: their
+ * running max in log2 units and this lane's partial sum; w as in store_output) to the output of (batch b, head h): rows >= rows and columns >= a.D
+ * not written; the LSE (natural units) to a.lse (B, H, Lq) when asked for. VEC2: where a.D is the tile's width
+ * and the row 8-byte aligned, 8-byte stores (whole 32-byte sectors). P: the f32 kernels' parameters (o, os[3],
+ * lse, D, H, Lq). */
+template <int ND, bool VEC2, class P, class W>
+__device__ __forceinline__ void store_m16_f32(const P &a, const float (&o)[ND][4], const float (&m)[2], const float (&l)[2],
+                                              const W &w, int m0, int rows, int b, int h)
+{
+    float *op = a.o + b * a.os[0] + h * a.os[1];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const float lr = row_allreduce_sum<4>(l[rr]);
+        const int row = w.wrow0 + w.g + 8 * rr;
+        if (row >= rows) continue;
+        const bool live = log2_scores::live(lr);
+        const float inv = log2_scores::inv_sum(lr, live);
+        float *orow = op + (long long)(m0 + row) * a.os[2];
+        if (VEC2 && a.D == ND * 8 && (reinterpret_cast<uintptr_t>(orow) & 7) == 0) {
+#pragma unroll
+            for (int j = 0; j < ND; j++)
+                *reinterpret_cast<float2 *>(orow + j * 8 + 2 * w.t4) = make_float2(o[j][2 * rr] * inv, o[j][2 * rr + 1] * inv);
+        } else {
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int col = j * 8 + 2 * w.t4;
+                if (col < a.D) orow[col] = o[j][2 * rr] * inv;
+                if (col + 1 < a.D) orow[col + 1] = o[j][2 * rr + 1] * inv;
+            }
+        }
+        if (a.lse && w.t4 == 0) a.lse[((long long)b * a.H + h) * a.Lq + m0 + row] = log2_scores::lse(m[rr], lr, live);
     }
 }
 

@@ -1,5 +1,5 @@
-/* mma.sync (m16n8k16, sm_80+) building blocks: the tensor-core product, ldmatrix, and the fragment
- * conversions that let an accumulator feed the next product from registers.
+/* mma.sync (m16n8k16; m16n8k8 for tf32; sm_80+) building blocks: the tensor-core products, ldmatrix, and the
+ * fragment conversions that let an accumulator feed the next product from registers.
  *
  * Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + t4. A C/D accumulator
  * of an m16n8 tile is float[4]: (row g, cols 2 t4, 2 t4 + 1), (row g + 8, same cols). The A operand of
@@ -55,6 +55,16 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float *c, const uint32_t
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* c (m16 × n8, f32) += a (m16 × k8, tf32) · b (k8 × n8, tf32; b0, b1 its rows t4 and t4 + 4): the f32
+ * kernels' product (tf32.cuh splits f32 operands for it). */
+__device__ __forceinline__ void mma1688_tf32(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }

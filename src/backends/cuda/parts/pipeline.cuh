@@ -1,10 +1,12 @@
 /* The producer/consumer pipeline of the warp-specialised (sm_90a) kernels: mbarriers, named barriers, the
- * ring of stage barriers, TMA loads, the producer's prologue and loop, and the consumers' ping-pong.
+ * ring of stage barriers, TMA and bulk loads, flags between blocks, the producer's prologue and loop, and the
+ * consumers' ping-pong.
  *
  * A block is one producer warpgroup and consumer warpgroups. The producer gives up registers (setmaxnreg)
- * and one of its threads issues every load: tensor-memory-accelerator copies that complete on a stage's
- * "full" mbarrier (expect_tx counts the bytes). Consumers wait on "full", compute, and arrive on the
- * stage's "empty" mbarrier once their products have read it, which lets the producer refill it. Phases
+ * and one of its threads issues every load: tensor-memory-accelerator copies (or 1-D bulk copies of tiles
+ * laid out in global memory as in shared memory) that complete on a stage's "full" mbarrier (expect_tx counts
+ * the bytes). Consumers wait on "full", compute, and arrive on the stage's "empty" mbarrier once their
+ * products have read it, which lets the producer refill it. Phases
  * alternate per round of the ring: tile t waits for parity (t / ST) & 1 on "full" and, to refill, for
  * parity (t / ST - 1) & 1 on "empty". */
 #ifndef FW_PARTS_PIPELINE_CUH
@@ -70,13 +72,43 @@ __device__ __forceinline__ void tma_load_rows(uint32_t dst, const CUtensorMap *m
                  : "memory");
 }
 
+/* A 1-D bulk copy (no tensor map) of `bytes` (a multiple of 16) from global memory, completing on bar. */
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Flags in global memory between blocks (a producer waits for another block's work): acquire/release at GPU
+ * scope, and the fence that orders generic-proxy global writes (or a flag's acquire) with later async-proxy
+ * reads of that memory (bulk copies). */
+__device__ __forceinline__ int ld_acquire_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_gpu(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 /* The stage barriers of a ring of ST stages, 8 bytes each from `base`: RESIDENT "full" barrier for the tiles
  * loaded once (Q; Q and dO), then LOADS "full" barriers per stage (separate ones let a consumer start on
- * the first load before the second lands: K before V), then one "empty" barrier per stage. */
+ * the first load before the second lands: K before V), then one "empty" barrier per stage. Tile t (never
+ * negative) uses stage t % ST in round t / ST; for a power-of-two ST these are bit fields, without the
+ * instructions of a signed remainder. */
 template <int ST, int LOADS = 2, int RESIDENT = 1> struct mbar_ring {
     static constexpr int STAGES = ST;
+    static constexpr bool POW2 = (ST & (ST - 1)) == 0;
+    static constexpr int LOG2 = ST >= 8 ? 3 : ST >= 4 ? 2 : ST >= 2 ? 1 : 0;
+    static_assert(!POW2 || ST <= 8, "a deeper power-of-two ring needs its shift");
     static constexpr uint32_t BYTES = 8u * (uint32_t)(RESIDENT + (LOADS + 1) * ST);
     uint32_t base;
+    static __device__ __forceinline__ int stage_of(int t) { return POW2 ? t & (ST - 1) : t % ST; }
+    static __device__ __forceinline__ int round_of(int t) { return POW2 ? t >> LOG2 : t / ST; }
     __device__ __forceinline__ uint32_t resident() const { return base; }
     __device__ __forceinline__ uint32_t full(int load, int st) const { return base + 8u * (uint32_t)(RESIDENT + load * ST + st); }
     __device__ __forceinline__ uint32_t empty(int st) const { return base + 8u * (uint32_t)(RESIDENT + LOADS * ST + st); }
@@ -93,13 +125,13 @@ template <int ST, int LOADS = 2, int RESIDENT = 1> struct mbar_ring {
         if (FENCE) mbar_init_fence();
     }
     /* Consumer: load `load` of tile t has landed. */
-    __device__ __forceinline__ void wait_full(int load, int t) const { mbar_wait(full(load, t % ST), (uint32_t)((t / ST) & 1)); }
+    __device__ __forceinline__ void wait_full(int load, int t) const { mbar_wait(full(load, stage_of(t)), (uint32_t)(round_of(t) & 1)); }
     /* Consumer: done reading tile t's stage. */
-    __device__ __forceinline__ void release(int t) const { mbar_arrive(empty(t % ST)); }
+    __device__ __forceinline__ void release(int t) const { mbar_arrive(empty(stage_of(t))); }
     /* Producer: tile t's stage is free (its previous round released). */
     __device__ __forceinline__ void wait_empty(int t) const
     {
-        if (t >= ST) mbar_wait(empty(t % ST), (uint32_t)((t / ST - 1) & 1));
+        if (t >= ST) mbar_wait(empty(stage_of(t)), (uint32_t)((round_of(t) - 1) & 1));
     }
 };
 

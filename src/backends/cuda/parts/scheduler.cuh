@@ -2,15 +2,19 @@
  *
  * static_tile_scheduler: one block per tile on a (query blocks, heads, batch) grid. Under a causal-like mask
  * later query blocks see more keys, so those run first (longest_first): the long blocks start in the first
- * wave and the short ones fill the tail.
+ * wave and the short ones fill the tail. Its other orders: heads first (a (heads, batch, query blocks) grid:
+ * the heaviest query block of every head before the next heaviest, so the last blocks to start are light),
+ * and split-KV (each tile's keys in `splits` ranges, one block each, the ranges in the grid's z with the batch).
  *
- * Where this is meant to grow (FlashAttention-3's TileScheduler and SeqlenInfo): a persistent scheduler
- * launches one block per SM and hands out tiles in a loop (get_tile / next_tile over a linear tile index,
- * longest first), and ragged batches get a seqlen_info that reads the sequence's row offset and length
- * from cu_seqlens on the device (the dense kernels read Lq, Lk and the (batch, head) strides of their
- * parameters). Kernels ask the scheduler for a tile_coord rather than reading blockIdx, so a persistent
- * scheduler changes only the loop around their body. The backward's dK/dV kernels walk the transpose: a
- * key_block per block of keys, over the query tiles that can see them. */
+ * persistent_tile_scheduler: one block per SM (at most) loops over the tiles of a linear order, a head's query
+ * blocks next to each other (longest first), then heads, then batch entries; single_tile_scheduler is the
+ * static grid's one tile in the same interface, so that a kernel written for the loop runs either way.
+ *
+ * Where this is meant to grow (FlashAttention-3's SeqlenInfo): ragged batches get a seqlen_info that reads the
+ * sequence's row offset and length from cu_seqlens on the device (the dense kernels read Lq, Lk and the
+ * (batch, head) strides of their parameters). Kernels ask the scheduler for a tile_coord rather than reading
+ * blockIdx, so another scheduler changes only the loop around their body. The backward's dK/dV kernels walk
+ * the transpose: a key_block per block of keys, over the query tiles that can see them. */
 #ifndef FW_PARTS_SCHEDULER_CUH
 #define FW_PARTS_SCHEDULER_CUH
 
@@ -37,6 +41,33 @@ struct static_tile_scheduler {
         t.b = blockIdx.z;
         return t;
     }
+    /* Heads first: the grid is (heads, batch, query blocks), the longest query blocks first. */
+    static dim3 grid_heads_first(int num_m_blocks, int heads, int batch)
+    {
+        return dim3((unsigned)heads, (unsigned)batch, (unsigned)num_m_blocks);
+    }
+    static __device__ __forceinline__ tile_coord get_tile_heads_first()
+    {
+        tile_coord t;
+        t.m_block = gridDim.z - 1 - blockIdx.z;
+        t.h = blockIdx.x;
+        t.b = blockIdx.y;
+        return t;
+    }
+    /* Split-KV: the grid is (query blocks, heads, batch x splits), longest first; *split: this block's key range. */
+    static dim3 grid_split(int num_m_blocks, int heads, int batch, int splits)
+    {
+        return dim3((unsigned)num_m_blocks, (unsigned)heads, (unsigned)(batch * splits));
+    }
+    static __device__ __forceinline__ tile_coord get_tile_split(int splits, int *split)
+    {
+        tile_coord t;
+        *split = blockIdx.z % splits;
+        t.m_block = gridDim.x - 1 - blockIdx.x;
+        t.h = blockIdx.y;
+        t.b = blockIdx.z / splits;
+        return t;
+    }
     /* The same, reading p.reverse_m (longest first) and p.num_m_blocks itself, the latter only when it
      * reverses: a branch where the form above selects (each kernel keeps the one it was measured with). */
     template <typename P> static __device__ __forceinline__ tile_coord get_tile(const P &p)
@@ -46,6 +77,40 @@ struct static_tile_scheduler {
         t.h = blockIdx.y;
         t.b = blockIdx.z;
         return t;
+    }
+};
+
+/* A persistent grid's loop: tiles first(), first() + stride(), ... below count (the host sizes the grid). The
+ * head count is the kernel parameters' own, read where a tile is decoded (as the kernels were measured). */
+struct persistent_tile_scheduler {
+    int num_m_blocks;
+    const int &heads;
+    int count;
+    __device__ __forceinline__ persistent_tile_scheduler(int num_m_blocks_, const int &heads_, int batch)
+        : num_m_blocks(num_m_blocks_), heads(heads_), count(num_m_blocks_ * heads_ * batch)
+    {
+    }
+    static dim3 grid(int blocks) { return dim3((unsigned)blocks, 1, 1); }
+    __device__ __forceinline__ int first() const { return (int)blockIdx.x; }
+    __device__ __forceinline__ int stride() const { return (int)gridDim.x; }
+    __device__ __forceinline__ tile_coord tile(int it) const
+    {
+        tile_coord t;
+        t.m_block = num_m_blocks - 1 - it % num_m_blocks;
+        t.h = it / num_m_blocks % heads;
+        t.b = it / (num_m_blocks * heads);
+        return t;
+    }
+};
+/* The static grid's tile (longest first) as a loop of one. */
+struct single_tile_scheduler {
+    static constexpr int count = 1;
+    __device__ __forceinline__ single_tile_scheduler(int, const int &, int) {}
+    __device__ __forceinline__ int first() const { return 0; }
+    __device__ __forceinline__ int stride() const { return 1; }
+    __device__ __forceinline__ tile_coord tile(int) const
+    {
+        return static_tile_scheduler::get_tile(true, (int)gridDim.x);
     }
 };
 

@@ -2,7 +2,8 @@
  * with CU_TENSOR_MAP_SWIZZLE_128B: a ROWS × D tile of 16-bit elements is stored as D/64 column blocks of
  * ROWS × 64 elements (128 bytes a row, every block 1024-byte aligned), and within a row the 16-byte chunk
  * c sits at chunk c ^ (row % 8). Every 8 consecutive rows then spread over all 32 banks whichever column
- * a warp reads. sw_cursor fills such tiles with cp.async (any stride, zero-filled padding). */
+ * a warp reads. sw_cursor fills such tiles with cp.async (any stride, zero-filled padding). The f32 kernels' raw
+ * tiles have a swizzle of their own (quad_swizzle_chunk). */
 #ifndef FW_PARTS_SWIZZLE_CUH
 #define FW_PARTS_SWIZZLE_CUH
 
@@ -13,6 +14,20 @@ namespace fwparts {
 
 /* Byte offset of 16-byte chunk `chunk` (0..7) of row `row` within one 128-byte-swizzled column block. */
 __device__ __forceinline__ int sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+/* ... and of chunk `chunk` (0.., across column blocks) of row `row` in a tile of ROWS rows. */
+template <int ROWS> __device__ __forceinline__ uint32_t sw128_tile_offset(int row, int chunk)
+{
+    return (uint32_t)((chunk >> 3) * ROWS * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+/* The quad-row swizzle of the f32 kernels' raw tiles (row-major f32 rows of 16 chunks, copied as they are before
+ * their split into wgmma tiles): chunk c of row r sits at chunk c ^ ((r / 4) % 8), so that a 4 x 4 transpose,
+ * which reads one chunk of 4 consecutive rows, and a quarter warp's 8 such reads hit 8 different chunks. */
+__device__ __forceinline__ int quad_swizzle_chunk(int r, int c) { return c ^ ((r >> 2) & 7); }
+/* ... of row r0 + k S, from row r0's chunk cx = quad_swizzle_chunk(r0, c), where r0 < S and S is a power of 2 and
+ * a multiple of 8: (r0 + k S) / 4 = r0 / 4 + k S / 4 without carries into the swizzle's 3 bits, so a constant
+ * XOR, and the compiler folds each row's address into a fixed offset. */
+template <int S> __device__ __forceinline__ int quad_swizzle_step(int cx, int k) { return cx ^ ((k * (S / 4)) & 7); }
 
 /* Per-thread cursor filling ROWS x D tiles in the swizzled layout: thread tid copies chunk c = tid % (D/8)
  * of rows tid / (D/8) + i RS (RS = NT / (D/8), a multiple of 8, so the swizzle term r % 8 is the same
@@ -58,6 +73,11 @@ template <typename T, int D, int NT> struct sw_cursor {
 __device__ __forceinline__ uint32_t smem_base_1024(const void *smem_raw)
 {
     return ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+}
+/* The same as a generic pointer. */
+__device__ __forceinline__ unsigned char *smem_align_1024(unsigned char *smem_raw)
+{
+    return smem_raw + ((1024u - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023u)) & 1023u);
 }
 
 } /* namespace fwparts */
