@@ -14,7 +14,9 @@ percentage of the copy bandwidth and the ratio against the best SDPA backend (> 
 Ragged prefill (causal, bf16, 32 / 8 heads, head dim 128, 16 sequences of lengths spread over
 128..4096, about 33k tokens): fw_attention_varlen_forward against torch.nn.attention.varlen.varlen_attn
 on the same packed tensors, and flashwatt's dense call at the mean length; TFLOP/s count
-2·H·D·L² a causal sequence (FlashAttention's convention).
+2·H·D·L² a causal sequence (FlashAttention's convention). The "fw varlen" row names the kernel its call
+ran (the configuration whose forced call gives the same output bit for bit); "fw varlen srv" forces the
+serving kernel's configuration for ragged prefill, for comparison in the same run.
 
 Timing: windows of back-to-back calls (about 2 ms, so that the host's call overhead hides behind the
 GPU) between CUDA events, the windows of all methods interleaved in a rotating order, the median per
@@ -348,6 +350,17 @@ def prefill_rows(args):
     flops = sum(2.0 * H * D * n * n for n in lens)
     ctx = Ctx()
     todo = [("fw varlen", fw_varlen(ctx, q, k, v, o, cu, max(lens)))]
+    forced = {}  # configuration -> its output, to name the kernel the default call ran
+    for cfg in ("ws-bm128-bn128-s3-varlen", "srv-m64-bn64-s2"):
+        try:
+            ox = torch.empty_like(q)
+            run = fw_varlen(Ctx(cfg), q, k, v, ox, cu, max(lens))
+            run()
+            forced[cfg] = ox
+            if cfg.startswith("srv-"):
+                todo.append(("fw varlen srv", run))
+        except RuntimeError as e:
+            print(f"# {cfg}: {str(e)[:120]}")
     note = ""
     try:
         from torch.nn.attention.varlen import varlen_attn
@@ -375,6 +388,7 @@ def prefill_rows(args):
     todo.append((f"fw dense L={mean}", fw_dense(Ctx(), qd, kd, vd, od, True)))
     todo[0][1]()
     torch.cuda.synchronize()
+    ran = next((cfg for cfg, ox in forced.items() if torch.equal(ox, o)), "unknown")
     err = f", max|o - varlen_attn| {(o.float() - out_t.float()).abs().max().item():.1e}" if out_t is not None else ""
     us = time_all(todo, args.reps, args.warmup, args.graph)
     print(f"\n## ragged prefill, causal, {nseq} sequences of {lens[0]}..{lens[-1]} ({total} tokens), {H}/{Hkv} heads, D={D}{err}"
@@ -382,8 +396,9 @@ def prefill_rows(args):
     rows = []
     for name, t in us.items():
         tf = (dense_flops if name.startswith("fw dense") else flops) / (t * 1e-6) / 1e12
-        rows.append({"shape": "ragged prefill", "method": name, "us": t, "tflops": tf, "note": note})
-        print(f"  {name:<22} {t:10.1f} us {tf:7.1f} TFLOP/s")
+        kernel = ran if name == "fw varlen" else "srv-m64-bn64-s2" if name == "fw varlen srv" else ""
+        rows.append({"shape": "ragged prefill", "method": name, "us": t, "tflops": tf, "note": note, "kernel": kernel})
+        print(f"  {name:<22} {t:10.1f} us {tf:7.1f} TFLOP/s" + (f"  ({kernel})" if kernel else ""))
     return rows
 
 
@@ -428,7 +443,7 @@ def main():
     if "fw varlen" in pr:
         tv = pr.get("torch varlen_attn")
         dn = next((r for m, r in pr.items() if m.startswith("fw dense")), None)
-        print(f"  ragged prefill: fw varlen {pr['fw varlen']['tflops']:.1f} TFLOP/s"
+        print(f"  ragged prefill: fw varlen ({pr['fw varlen']['kernel']}) {pr['fw varlen']['tflops']:.1f} TFLOP/s"
               + (f", {tv['us'] / pr['fw varlen']['us']:.2f}x varlen_attn" if tv else "")
               + (f", {pr['fw varlen']['tflops'] / dn['tflops']:.2f}x of fw dense at the mean length" if dn else ""))
     out = args.json or (os.path.join(os.environ["OUT"], "serving_sdpa.json") if os.environ.get("OUT") else None)

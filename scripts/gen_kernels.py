@@ -6,8 +6,9 @@
                                             committed files differ (ctest: generated_kernels)
 
 Forward (fwd.*): per padded head dim, generated/fwd_d<D>.cu holds a configuration struct (named fields, no
-positional flags) and an extern "C" launch function per element type for every record; generated/fwd_records.cu
-is the table of records (fwd/params.h: fw_fwd_record) that the heuristics choose from.
+positional flags) and an extern "C" launch function per element type for every record, and
+generated/fwd_d<D>_varlen.cu the same for the ragged (varlen) records; generated/fwd_records.cu holds the tables
+of records (fwd/params.h: fw_fwd_record), the dense one and the ragged one, that the heuristics choose from.
 Backward (bwd.*): per padded head dim, generated/bwd_tc_d<D>.cu (tensor cores) and bwd_cores_d<D>.cu (CUDA cores)
 hold one configuration struct per distinct kernel shape (a shape that several records share is instantiated
 once) and the launch functions of every record; generated/bwd_records.cu is its table (bwd/params.h).
@@ -57,7 +58,7 @@ def read_table():
         if arch not in ARCH:
             fail(f"kernels.tsv:{n}: unknown arch {arch}")
         r = dict(line=n, family=family, name=name, arch=arch, d=int(d), bm=int(bm), bn=int(bn), warps=int(warps),
-                 stages=int(stages), qr=False, sub=int(bn), pp=False, fallback=None, **F32_DEFAULTS)
+                 stages=int(stages), qr=False, sub=int(bn), pp=False, varlen=False, fallback=None, **F32_DEFAULTS)
         for o in ([] if options == "-" else options.split(",")):
             if o == "qr" and family == "fwd.mma":
                 r["qr"] = True
@@ -65,6 +66,8 @@ def read_table():
                 r["sub"] = int(o[2:])
             elif o == "pp" and family == "fwd.ws":
                 r["pp"] = True
+            elif o == "varlen" and family == "fwd.ws":
+                r["varlen"] = True
             elif o.startswith("fallback=") and family == "fwd.ws":
                 r["fallback"] = o[len("fallback="):]
             elif family in F32_KERNEL and f32_option(r, o):
@@ -85,7 +88,7 @@ def read_table():
             if not f or f["family"] != "f32.ws" or f["short"] or not f["persist"]:
                 fail(f"kernels.tsv:{r['line']}: fallback {r['fallback']} is not a persistent f32.ws record of head dim {r['d']}")
     for r in recs:
-        if r["family"] == "fwd.ws":
+        if r["family"] == "fwd.ws" and not r["varlen"]:
             f = by_key.get(("fwd", r["d"], r["fallback"]))
             if not f or f["family"] != "fwd.wg":
                 fail(f"kernels.tsv:{r['line']}: fallback {r['fallback']} is not a wg record of head dim {r['d']}")
@@ -98,7 +101,8 @@ def read_table():
 def derived_name(r):
     """The configuration names as cuda-flash has always spelled them (tuning tables hold them)."""
     if r["family"] == "fwd.ws":
-        return f"ws-bm{r['bm']}-bn{r['bn']}-s{r['stages']}" + ("-pp" if r["pp"] else "")
+        return (f"ws-bm{r['bm']}-bn{r['bn']}-s{r['stages']}" + ("-pp" if r["pp"] else "") +
+                ("-varlen" if r["varlen"] else ""))
     if r["family"] == "fwd.wg":
         return f"wg-bm{r['bm']}-bn{r['bn']}-s{r['stages']}"
     sub = f"-sb{r['sub']}" if r["sub"] != r["bn"] else ""
@@ -123,8 +127,9 @@ def check_record(r):
         nwg = r["warps"] // 4 - (1 if r["family"] == "fwd.ws" else 0)
         if r["arch"] != "sm90a" or r["d"] % 64 or r["bn"] % 64 or r["bm"] != 64 * nwg or r["warps"] % 4:
             fail(f"{where}: a wgmma record is sm90a, d and bn multiples of 64, bm 64 per consumer warpgroup")
-        if r["family"] == "fwd.ws" and (r["bm"] != 128 or not r["fallback"]):
-            fail(f"{where}: a ws record has two consumer warpgroups (bm 128) and a fallback")
+        if r["family"] == "fwd.ws" and (r["bm"] != 128 or bool(r["fallback"]) == r["varlen"]):
+            fail(f"{where}: a ws record has two consumer warpgroups (bm 128) and a fallback, unless it is a "
+                 "ragged (varlen) one: those have none (the serving kernel runs where TMA cannot)")
 
 
 def smem(r):
@@ -151,10 +156,12 @@ def config_struct(r):
                 f"    static constexpr int D = {r['d']}, BM = {r['bm']}, BN = {r['bn']}, WARPGROUPS = {r['warps'] // 4}, "
                 f"STAGES = {r['stages']};\n}};\n"
                 f"static_assert(wg_smem_bytes<{i}>() == {smem(r)}, \"kernels.tsv: shared memory\");\n")
+    fallback = "" if r["varlen"] else f"    using FALLBACK = {r['fallback_ident']};\n"
     return (f"struct {i} {{\n"
             f"    static constexpr int D = {r['d']}, BM = {r['bm']}, BN = {r['bn']}, STAGES = {r['stages']};\n"
             f"    static constexpr bool PINGPONG = {'true' if r['pp'] else 'false'};\n"
-            f"    using FALLBACK = {r['fallback_ident']};\n}};\n"
+            f"    static constexpr bool VARLEN = {'true' if r['varlen'] else 'false'};\n"
+            f"{fallback}}};\n"
             f"static_assert(ws_smem_bytes<{i}>() == {smem(r)}, \"kernels.tsv: shared memory\");\n")
 
 
@@ -163,12 +170,18 @@ def launch_name(r, dt):
 
 
 LAUNCH = {"fwd.mma": "mma_launch", "fwd.wg": "wg_launch", "fwd.ws": "ws_launch"}
-PROTO = "cudaError_t {}(const fw_fwd_params *p, int batch, cudaStream_t stream)"
+PROTO = "cudaError_t {}(const fw_fwd_params *p, int batch, const fw_fwd_seqs *{}, cudaStream_t stream)"
+
+
+def proto(r, dt, decl=False):
+    """The launch function's prototype; seqs is named only where the kernel reads it (no unused parameter)."""
+    return PROTO.format(launch_name(r, dt), "seqs" if r["family"] == "fwd.ws" or decl else "")
 
 
 def instantiation_file(d, recs):
     fams = {r["family"] for r in recs}
-    out = [f"/* {HEADER}\n * The f16/bf16 forward's instantiations for padded head dim {d}: per record a configuration and a\n"
+    what = "ragged (varlen) " if recs[0]["varlen"] else ""
+    out = [f"/* {HEADER}\n * The f16/bf16 forward's {what}instantiations for padded head dim {d}: per record a configuration and a\n"
            " * launch function per element type (fwd/params.h: fw_fwd_record, generated/fwd_records.cu). */"]
     if "fwd.mma" in fams:
         out.append('#include "backends/cuda/fwd/kernel_mma.cuh"')
@@ -181,27 +194,31 @@ def instantiation_file(d, recs):
         out.append(config_struct(r))
     out.append("} /* namespace fwfwd */\n")
     for r in recs:
+        seqs = "seqs, " if r["family"] == "fwd.ws" else ""
         for dt, T in DTYPES:
-            out.append(f'extern "C" {PROTO.format(launch_name(r, dt))}\n'
-                       f"{{\n    return fwfwd::{LAUNCH[r['family']]}<{T}, fwfwd::{ident(r)}>(p, batch, stream);\n}}")
+            out.append(f'extern "C" {proto(r, dt)}\n'
+                       f"{{\n    return fwfwd::{LAUNCH[r['family']]}<{T}, fwfwd::{ident(r)}>(p, batch, {seqs}stream);\n}}")
     return "\n".join(out) + "\n"
 
 
 def records_file(recs):
-    out = [f"/* {HEADER}\n * The f16/bf16 forward's records (fwd/params.h), head dims ascending, in the table's order within one. */",
+    out = [f"/* {HEADER}\n * The f16/bf16 forward's records (fwd/params.h), head dims ascending, in the table's order within one:\n"
+           " * the dense calls' table and the ragged (varlen) calls' table. */",
            '#include "backends/cuda/fwd/params.h"', "", 'extern "C" {']
     for r in recs:
         for dt, _ in DTYPES:
-            out.append(PROTO.format(launch_name(r, dt)) + ";")
-    out.append("}\n")
-    out.append("/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, smem, f16, bf16 */")
-    out.append('extern "C" const fw_fwd_record fw_fwd_records[] = {')
-    for r in recs:
-        out.append(f'    {{"{r["name"]}", {KERNEL[r["family"]]}, {ARCH[r["arch"]]}, {r["d"]}, {r["bm"]}, {r["bn"]}, '
-                   f'{r["warps"]}, {r["stages"]}, {int(r["qr"])}, {r["sub"]}, {int(r["pp"])}, {smem(r)},\n'
-                   f'     {launch_name(r, "f16")}, {launch_name(r, "bf16")}}},')
-    out.append("};")
-    out.append('extern "C" const int fw_fwd_nrecords = (int)(sizeof fw_fwd_records / sizeof fw_fwd_records[0]);')
+            out.append(proto(r, dt, decl=True) + ";")
+    out.append("}")
+    for table, count, varlen in (("fw_fwd_records", "fw_fwd_nrecords", False),
+                                 ("fw_fwd_varlen_records", "fw_fwd_nvarlen_records", True)):
+        out.append("\n/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, smem, f16, bf16 */")
+        out.append(f'extern "C" const fw_fwd_record {table}[] = {{')
+        for r in (r for r in recs if r["varlen"] == varlen):
+            out.append(f'    {{"{r["name"]}", {KERNEL[r["family"]]}, {ARCH[r["arch"]]}, {r["d"]}, {r["bm"]}, {r["bn"]}, '
+                       f'{r["warps"]}, {r["stages"]}, {int(r["qr"])}, {r["sub"]}, {int(r["pp"])}, {smem(r)},\n'
+                       f'     {launch_name(r, "f16")}, {launch_name(r, "bf16")}}},')
+        out.append("};")
+        out.append(f'extern "C" const int {count} = (int)(sizeof {table} / sizeof {table}[0]);')
     return "\n".join(out) + "\n"
 
 
@@ -449,7 +466,10 @@ def generate(dest):
     f32 = [r for r in recs if group(r) == "f32"]
     files = {}
     for d in sorted({r["d"] for r in fwd}):
-        files[f"fwd_d{d}.cu"] = instantiation_file(d, [r for r in fwd if r["d"] == d])
+        for varlen, suffix in ((False, ""), (True, "_varlen")):
+            some = [r for r in fwd if r["d"] == d and r["varlen"] == varlen]
+            if some:
+                files[f"fwd_d{d}{suffix}.cu"] = instantiation_file(d, some)
     files["fwd_records.cu"] = records_file(fwd)
     for d in sorted({r["d"] for r in f32}):
         files[f"f32_d{d}.cu"] = f32_instantiation_file(d, [r for r in f32 if r["d"] == d])

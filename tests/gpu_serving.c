@@ -2,7 +2,9 @@
  * cuda-flash-f32, through the public API, against cpu-ref run through the public API on host copies of
  * the same inputs.
  *
- *   gpu_serving           ragged batches (lengths 0, 1, primes, one long among short), decode Lq = 1
+ *   gpu_serving           ragged batches (lengths 0, 1, primes, one long among short; ragged prefill on
+ *                         the Hopper wgmma kernel by default and by name, with a neighbouring sequence's
+ *                         keys and values Inf / NaN, which must not reach any output), decode Lq = 1
  *                         and chunked prefill, contiguous and paged caches (page sizes 1, 16, 256,
  *                         shuffled tables), append (the caches compared bit for bit), a cache grown over
  *                         many appends against one dense forward, GQA 1..16, head dims 40..256, causal
@@ -28,7 +30,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#define MAXB 24
+#define MAXB 80
 enum { K_VARLEN, K_CACHE, K_DENSE };
 
 typedef struct sv_case {
@@ -42,6 +44,7 @@ typedef struct sv_case {
     int64_t wl, wr;
     float scale;
     const char *config;     /* FW_CUDA_FLASH_CONFIG for the GPU call, or NULL */
+    int poison_seq;         /* varlen: 1 + a sequence without queries whose keys are +Inf and values NaN; 0: none */
     uint64_t seed;
 } sv_case;
 
@@ -141,6 +144,13 @@ static void bufs_make(const sv_case *c, sv_bufs *b)
     b->q = rand_buf(c->dtype, b->nq);
     b->k = rand_buf(c->dtype, b->nk);
     b->v = rand_buf(c->dtype, b->nk);
+    if (c->kind == K_VARLEN && c->poison_seq) { /* nobody attends to these keys: no output may see them */
+        const size_t row = (size_t)c->Hkv * c->D;
+        for (size_t i = (size_t)b->cu_k[c->poison_seq - 1] * row; i < (size_t)b->cu_k[c->poison_seq] * row; i++) {
+            fw_store_f32(b->k, c->dtype, (int64_t)i, INFINITY);
+            fw_store_f32(b->v, c->dtype, (int64_t)i, NAN);
+        }
+    }
     if (c->append) {
         b->kn = rand_buf(c->dtype, b->nkn);
         b->vn = rand_buf(c->dtype, b->nkn);
@@ -280,10 +290,10 @@ static void label(const sv_case *c, char *buf, size_t len)
     if (n < (int)len) n += snprintf(buf + n, len - n, "%s lk", c->B > 6 ? ",..." : "");
     for (int i = 0; i < c->B && i < 6 && n < (int)len; i++) n += snprintf(buf + n, len - n, "%s%d", i ? "," : "=", c->lk[i]);
     if (n < (int)len)
-        snprintf(buf + n, len - n, "%s%s%s%s%s wl%lld wr%lld%s%s", c->B > 6 ? ",..." : "",
+        snprintf(buf + n, len - n, "%s%s%s%s%s wl%lld wr%lld%s%s%s", c->B > 6 ? ",..." : "",
                  c->kind == K_CACHE ? (c->page_size ? " paged" : " contiguous") : "", c->packed_q ? " ragged-q" : "",
                  c->append ? " append" : "", c->causal ? " causal" : "", (long long)c->wl, (long long)c->wr,
-                 c->config ? " cfg=" : "", c->config ? c->config : "");
+                 c->config ? " cfg=" : "", c->config ? c->config : "", c->poison_seq ? " Inf/NaN neighbour" : "");
     if (c->page_size) { size_t m = strlen(buf); snprintf(buf + m, len - m, " ps%d cap%d", c->page_size, c->capacity); }
 }
 

@@ -272,6 +272,132 @@ static void garbage_values(fw_dtype t, int kind)
     bufs_free(&b);
 }
 
+/* ---- ragged prefill on the Hopper wgmma kernel (fwd/heuristics.cu: fw_fwd_varlen_choice) ---- */
+static const char *const WS_VARLEN = "ws-bm128-bn128-s3-varlen", *const WS_VARLEN_PP = "ws-bm128-bn128-s3-pp-varlen";
+
+static int device_is_sm90(void)
+{
+    struct cudaDeviceProp pr;
+    return cudaGetDeviceProperties(&pr, 0) == cudaSuccess && pr.major == 9 && pr.minor == 0;
+}
+
+/* The call's output and LSE on the GPU under FW_CUDA_FLASH_CONFIG = config (NULL: the default) into o, lse. */
+static int gpu_output(const sv_case *c, sv_bufs *b, const char *config, void *o, float *lse, char *why, size_t len)
+{
+    fw_context *gpu = make_ctx("cuda-flash", config);
+    cudaMemset(b->do_, 0xff, b->no * esize(c->dtype));
+    cudaMemset(b->dlse, 0xff, b->nlse * 4);
+    const fw_status st = sv_call(gpu, c, b, 1, b->do_, b->dlse);
+    const cudaError_t ce = cudaDeviceSynchronize();
+    snprintf(why, len, "%s %s", fw_context_last_error(gpu), cudaGetErrorString(ce));
+    fw_context_destroy(gpu);
+    if (ce != cudaSuccess) exit(1); /* the context is lost */
+    if (st != FW_OK) return 0;
+    from_dev(o, b->do_, b->no * esize(c->dtype));
+    from_dev(lse, b->dlse, b->nlse * 4);
+    return 1;
+}
+
+/* A ragged prefill call with no configuration runs the wgmma kernel: its output and LSE are bit-identical
+ * to the call forced onto ws-bm128-bn128-s3-varlen (deterministic), and a decode-like batch (max_seqlen_q
+ * x group <= 64) keeps the serving kernel: its output differs from the forced wgmma kernel's somewhere. */
+static void varlen_dispatch(int decode_like)
+{
+    sv_case c = mk(FW_BF16, K_VARLEN, 4, 16, 2, 128);
+    if (decode_like) set_lens(&c, (const int[]){8, 1, 0, 5}, (const int[]){700, 1, 64, 1500});
+    else set_lens(&c, (const int[]){200, 1, 0, 77}, (const int[]){200, 1, 64, 77});
+    c.causal = 1;
+    sv_bufs b;
+    bufs_make(&c, &b);
+    bufs_upload(&c, &b);
+    const size_t es = esize(c.dtype);
+    void *o1 = xmalloc(b.no * es), *o2 = xmalloc(b.no * es);
+    float *l1 = (float *)xmalloc(b.nlse * 4), *l2 = (float *)xmalloc(b.nlse * 4);
+    char why[256] = "";
+    int ok = gpu_output(&c, &b, NULL, o1, l1, why, sizeof why) && gpu_output(&c, &b, WS_VARLEN, o2, l2, why, sizeof why);
+    const int same = ok && !memcmp(o1, o2, b.no * es) && !memcmp(l1, l2, b.nlse * 4);
+    fwt_case(ok && same != decode_like, "dispatch: ragged %s (max_seqlen_q x group %d) %s %s's output%s%s",
+             decode_like ? "decode-like batch" : "prefill", max_of(c.lq, c.B) * c.H / c.Hkv,
+             same ? "is bit-identical to" : "differs from", WS_VARLEN, ok ? "" : ": ", ok ? "" : why);
+    free(o1); free(o2); free(l1); free(l2);
+    bufs_free(&b);
+}
+
+/* Ragged prefill shapes for the wgmma kernel: lengths 0, 1, primes, exact and one-past tile multiples, one
+ * long sequence; causal, windows and none; GQA 1 to 8; head dims padding to 64 and 128; a sequence without
+ * queries whose keys and values are Inf / NaN, next to sequences whose last key tile reaches into it. Each
+ * runs with no configuration (the default: this kernel where the device is compute capability 9.0) and,
+ * on such a device, forced by name (forced: also the ping-pong variant). */
+static void varlen_prefill(int quick)
+{
+    const int sm90 = device_is_sm90();
+    if (!sm90) fwt_skip("ragged prefill forced onto %s: the device is not compute capability 9.0", WS_VARLEN);
+    for (int i = quick ? 1 : 0; i < (quick ? 2 : 6); i++) {
+        sv_case c;
+        switch (i) {
+        case 0: /* one long sequence among short ones; sequence 6, without queries, holds Inf / NaN keys */
+            c = mk(FW_BF16, K_VARLEN, 10, 8, 2, 128);
+            set_lens(&c, (const int[]){0, 1, 7, 131, 1031, 2, 0, 13, 257, 128},
+                     (const int[]){0, 1, 7, 131, 1031, 2, 61, 13, 257, 128});
+            c.causal = 1;
+            c.poison_seq = 7;
+            break;
+        case 1: /* a sliding causal window, more keys than queries and fewer, GQA 1 */
+            c = mk(FW_F16, K_VARLEN, 7, 4, 4, 64);
+            set_lens(&c, (const int[]){5, 300, 1, 0, 129, 67, 3}, (const int[]){9, 300, 40, 50, 200, 67, 1});
+            c.causal = 1;
+            c.wl = 37;
+            c.poison_seq = 4;
+            break;
+        case 2: /* no mask: every block's last key tile reaches past its sequence; GQA 8 */
+            c = mk(FW_F16, K_VARLEN, 12, 16, 2, 128);
+            set_lens(&c, (const int[]){2, 3, 5, 7, 11, 0, 17, 19, 23, 29, 31, 97},
+                     (const int[]){2, 3, 5, 7, 11, 60, 17, 19, 23, 29, 31, 97});
+            c.poison_seq = 6;
+            break;
+        case 3: /* a two-sided window; rows that see no key (output 0, LSE -inf); an empty key range */
+            c = mk(FW_BF16, K_VARLEN, 3, 4, 2, 64);
+            set_lens(&c, (const int[]){64, 500, 3}, (const int[]){100, 450, 0});
+            c.wl = 40;
+            c.wr = 9;
+            break;
+        case 4: /* head dims 40 and 112 pad to 64 and 128 */
+            c = mk(FW_F16, K_VARLEN, 2, 6, 3, 40);
+            set_lens(&c, (const int[]){100, 33}, (const int[]){100, 33});
+            c.causal = 1;
+            run_case(&c);
+            if (sm90) {
+                c.config = WS_VARLEN;
+                run_case(&c);
+            }
+            c = mk(FW_BF16, K_VARLEN, 2, 6, 3, 112);
+            set_lens(&c, (const int[]){100, 33}, (const int[]){120, 0});
+            c.causal = 1;
+            break;
+        default: { /* 70 sequences: the block's search of the offsets takes two rounds */
+            c = mk(FW_BF16, K_VARLEN, 70, 8, 2, 128);
+            rng_state = 77;
+            for (int s = 0; s < c.B; s++) c.lq[s] = c.lk[s] = s == 9 ? 400 : s == 50 ? 260 : irand(50);
+            c.causal = 1;
+            break;
+        }
+        }
+        if (!quick) run_case(&c);
+        if (sm90) {
+            c.config = WS_VARLEN;
+            run_case(&c);
+            if (!quick && (i == 0 || i == 5)) {
+                c.config = WS_VARLEN_PP;
+                run_case(&c);
+            }
+        }
+    }
+    if (sm90 && !quick) {
+        varlen_dispatch(0);
+        varlen_dispatch(1);
+    }
+}
+
 static void run_suite(int quick)
 {
     static const int L1[] = {0, 1, 2, 3, 5, 7, 11, 13}, L2[] = {1, 3, 700, 2, 5}, L3[] = {67, 131, 257, 0, 31};
@@ -290,6 +416,7 @@ static void run_suite(int quick)
         if (i == 7) c.scale = 1.0f; /* a sharper softmax */
         run_case(&c);
     }
+    varlen_prefill(quick);
     { /* more queries than keys: the first rows see nothing (output 0, LSE -inf) */
         sv_case c = mk(FW_BF16, K_VARLEN, 3, 8, 2, 128);
         set_lens(&c, (const int[]){5, 9, 1}, (const int[]){2, 0, 3});

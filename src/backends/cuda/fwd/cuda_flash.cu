@@ -63,18 +63,23 @@ static int clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? lim
 
 static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
-    if (fw_srv_tc_claims(p, cfg, ex)) return fw_srv_tc_forward(p, cfg, ex); /* serving calls and decode shapes */
+    /* ragged calls on the wgmma kernels where heuristics.cu says so (the device facts are cached) */
+    const fw_fwd_record *r = NULL;
+    fw_cuda_device_info di;
+    if (p->kind == FW_CALL_VARLEN && fw_cuda_device_facts(p->device.index, &di) &&
+        fw_fwd_varlen_choice(p, cfg, &di, fw_exec_knobs(ex), &r, ex->err, ex->err_len) < 0)
+        return FW_ERR_INVALID_VALUE;
+    if (!r && fw_srv_tc_claims(p, cfg, ex)) return fw_srv_tc_forward(p, cfg, ex); /* serving calls and decode shapes */
     char why[256];
     if (!flash_supports(p, why, sizeof why)) {
         fw_why(ex->err, ex->err_len, "%s", why);
         return FW_ERR_UNSUPPORTED;
     }
-    fw_cuda_device_info di;
     if (!fw_cuda_device_facts(p->device.index, &di)) {
         fw_why(ex->err, ex->err_len, "cannot query CUDA device %d", p->device.index);
         return FW_ERR_DEVICE;
     }
-    const fw_fwd_record *r = fw_fwd_record_for(p, cfg, &di, fw_exec_knobs(ex), ex->err, ex->err_len);
+    if (!r) r = fw_fwd_record_for(p, cfg, &di, fw_exec_knobs(ex), ex->err, ex->err_len);
     if (!r) return cfg && (cfg->name[0] || cfg->block_m) ? FW_ERR_INVALID_VALUE : FW_ERR_UNSUPPORTED;
     int prev = 0;
     FW_CUDA_CHECK(cudaGetDevice(&prev));
@@ -105,9 +110,18 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
     a.reverse_m = p->window_right < lim && p->window_left >= lim;
     a.scale = p->scale;
     a.scale_log2 = p->scale * 1.4426950408889634f;
+    fw_fwd_seqs seqs; /* ragged: Lq, Lk above are the maxima, the offsets and totals here */
+    memset(&seqs, 0, sizeof seqs);
+    seqs.cu_q = p->cu_seqlens_q;
+    seqs.cu_k = p->cu_seqlens_k;
+    seqs.total_q = p->total_q;
+    seqs.total_k = p->total_k;
+    seqs.batch = (int)p->batch;
     const fw_fwd_launch_fn fn = p->dtype == FW_F16 ? r->f16 : r->bf16;
-    cudaError_t e = fn(&a, (int)p->batch, (cudaStream_t)ex->stream);
+    cudaError_t e = fn(&a, (int)p->batch, p->kind == FW_CALL_VARLEN ? &seqs : NULL, (cudaStream_t)ex->stream);
     if (prev != p->device.index) cudaSetDevice(prev);
+    if (e == cudaErrorNotSupported && p->kind == FW_CALL_VARLEN) /* the driver refused a map: nothing ran */
+        return fw_srv_tc_forward(p, cfg, ex);
     if (e != cudaSuccess) {
         fw_why(ex->err, ex->err_len, "cuda-flash %s launch failed: %s", r->name, cudaGetErrorString(e));
         return e == cudaErrorMemoryAllocation ? FW_ERR_OUT_OF_MEMORY : FW_ERR_DEVICE;

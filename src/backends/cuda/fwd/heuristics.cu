@@ -15,16 +15,22 @@ extern "C" int fw_fwd_padded_dim(int64_t d)
     return 0;
 }
 
-extern "C" const fw_fwd_record *fw_fwd_records_of(int dpad, int *n)
+/* The records of padded head dim dpad in a table of nt records (head dims ascending). */
+static const fw_fwd_record *records_in(const fw_fwd_record *table, int nt, int dpad, int *n)
 {
     int first = -1, count = 0;
-    for (int i = 0; i < fw_fwd_nrecords; i++)
-        if (fw_fwd_records[i].d == dpad) {
+    for (int i = 0; i < nt; i++)
+        if (table[i].d == dpad) {
             if (first < 0) first = i;
             count++;
         }
     *n = count;
-    return first < 0 ? NULL : &fw_fwd_records[first];
+    return first < 0 ? NULL : &table[first];
+}
+
+extern "C" const fw_fwd_record *fw_fwd_records_of(int dpad, int *n)
+{
+    return records_in(fw_fwd_records, fw_fwd_nrecords, dpad, n);
 }
 
 extern "C" int fw_fwd_record_runs(const fw_fwd_record *r, const fw_cuda_device_info *di, const fw_knobs *k)
@@ -91,9 +97,104 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
     return best >= 0 ? &rs[best] : NULL;
 }
 
+/* The configuration that names record r (fw_fwd_record_for finds it again by the name). */
+static void record_config(const fw_fwd_record *r, fw_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", r->name);
+    c->block_m = r->bm;
+    c->block_n = r->bn;
+    c->warps = r->warps;
+    c->stages = r->stages;
+}
+
+/* ---- ragged (varlen) calls ------------------------------------------------------------------ */
+
+/* Can ragged record r run p's shape: f16/bf16, its padded head dim, TMA's int32 row coordinates for the
+ * packed tensors (a tile past the end included), and its linear grid within 2^31 - 1 blocks. */
+static int varlen_fits(const fw_problem *p, const fw_fwd_record *r)
+{
+    const int64_t rows_max = ((int64_t)1 << 31) - 1 - 2 * (int64_t)(r->bm > r->bn ? r->bm : r->bn);
+    return p->kind == FW_CALL_VARLEN && (p->dtype == FW_F16 || p->dtype == FW_BF16) &&
+           fw_fwd_padded_dim(p->head_dim) == r->d && p->total_q > 0 && p->total_k > 0 && p->total_q <= rows_max &&
+           p->total_k <= rows_max && (p->total_q / r->bm + p->batch) * p->heads <= (((int64_t)1 << 31) - 1);
+}
+
+/* Is r, a ragged record, one p can run here. */
+static int varlen_runs(const fw_problem *p, const fw_fwd_record *r, const fw_cuda_device_info *di, const fw_knobs *k)
+{
+    return fw_fwd_record_runs(r, di, k) && varlen_fits(p, r);
+}
+
+extern "C" int fw_fwd_varlen_choice(const fw_problem *p, const fw_config *cfg, const fw_cuda_device_info *di,
+                                    const fw_knobs *k, const fw_fwd_record **rec, char *why, size_t why_len)
+{
+    *rec = NULL;
+    if (p->kind != FW_CALL_VARLEN) return 0;
+    int n = 0;
+    const fw_fwd_record *rs = records_in(fw_fwd_varlen_records, fw_fwd_nvarlen_records, fw_fwd_padded_dim(p->head_dim), &n);
+    const char *name = k->cuda_flash_config[0] ? k->cuda_flash_config : cfg && cfg->name[0] ? cfg->name : NULL;
+    if (name) { /* a ragged record by name runs or fails; any other name is the serving path's to judge */
+        for (int i = 0; i < n; i++)
+            if (strcmp(rs[i].name, name) == 0) {
+                if (varlen_runs(p, &rs[i], di, k)) {
+                    *rec = &rs[i];
+                    return 1;
+                }
+                fw_why(why, why_len,
+                       "cuda-flash configuration \"%s\" cannot run this ragged call: it needs compute capability 9.0 "
+                       "(FW_CUDA_FLASH_WG unset or 1), f16/bf16, head_dim padding to %d, and packed tensors below "
+                       "2^31 rows", name, rs[i].d);
+                return -1;
+            }
+        return 0;
+    }
+    if (cfg && cfg->block_m) return 0; /* a serving tile by its fields */
+    /* Decode-like batches (every sequence's query rows times the group fit one 64-row block): the serving
+     * kernel packs the query heads of a KV head into one block and splits long key ranges. */
+    if (p->seqlen_q * p->group <= 64) return 0;
+    for (int i = 0; i < n; i++) /* the first of the head dim is the default */
+        if (varlen_runs(p, &rs[i], di, k)) {
+            *rec = &rs[i];
+            return 1;
+        }
+    return 0;
+}
+
+/* configs() of a ragged call: the default first (the ragged record, or the serving kernel's heuristic
+ * choice), then the serving configurations and the ragged records that run here, for the tuner. */
+static int varlen_configs(const fw_problem *p, fw_config *out, int max)
+{
+    if (max < 1) return 0;
+    fw_cuda_device_info di;
+    if (!fw_cuda_device_facts(p->device.index, &di)) {
+        const int srv = fw_srv_tc_configs(p, out, max);
+        if (!srv) memset(out, 0, sizeof *out);
+        return srv ? srv : 1;
+    }
+    const fw_knobs *k = fw_problem_knobs(p);
+    fw_knobs plain = *k; /* the heuristic's default, not a forced configuration */
+    plain.cuda_flash_config[0] = 0;
+    const fw_fwd_record *def = NULL;
+    char why[8];
+    fw_fwd_varlen_choice(p, NULL, &di, &plain, &def, why, sizeof why);
+    int count = 0, nv = 0;
+    if (def) record_config(def, &out[count++]);
+    if (count < max) count += fw_srv_tc_configs(p, out + count, max - count);
+    const fw_fwd_record *rs = records_in(fw_fwd_varlen_records, fw_fwd_nvarlen_records, fw_fwd_padded_dim(p->head_dim), &nv);
+    for (int i = 0; i < nv && count < max; i++)
+        if (&rs[i] != def && varlen_runs(p, &rs[i], &di, k)) record_config(&rs[i], &out[count++]);
+    if (count == 0) {
+        memset(out, 0, sizeof *out);
+        count = 1;
+    }
+    return count;
+}
+
 extern "C" int fw_fwd_configs(const fw_problem *p, fw_config *out, int max)
 {
-    /* ragged and cached calls, and dense decode shapes, take the serving kernels (serving/serving.cu) */
+    if (p->kind == FW_CALL_VARLEN) return varlen_configs(p, out, max);
+    /* cached calls and dense decode shapes take the serving kernels (serving/serving.cu) */
     if (const int srv = fw_srv_tc_configs(p, out, max)) return srv;
     int n = 0;
     const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
@@ -109,13 +210,7 @@ extern "C" int fw_fwd_configs(const fw_problem *p, fw_config *out, int max)
         for (int i = 0; i < n && count < max; i++) {
             if ((pass == 0) != (&rs[i] == def)) continue;
             if (!fw_fwd_record_runs(&rs[i], &di, k)) continue;
-            fw_config *c = &out[count++];
-            memset(c, 0, sizeof *c);
-            snprintf(c->name, sizeof c->name, "%s", rs[i].name);
-            c->block_m = rs[i].bm;
-            c->block_n = rs[i].bn;
-            c->warps = rs[i].warps;
-            c->stages = rs[i].stages;
+            record_config(&rs[i], &out[count++]);
         }
     if (count == 0) {
         memset(out, 0, sizeof *out);

@@ -33,8 +33,21 @@ typedef struct fw_fwd_params {
     float scale;
 } fw_fwd_params;
 
-/* Host-side launch of one configuration for one element type; returns a cudaError_t. */
-typedef cudaError_t (*fw_fwd_launch_fn)(const fw_fwd_params *p, int batch, cudaStream_t stream);
+/* A ragged (varlen) batch: q, o packed as (1, H, total_q, D) and k, v as (1, H_kv, total_k, D), sequence b
+ * owning rows cu_q[b] .. cu_q[b+1] - 1 and keys cu_k[b] .. cu_k[b+1] - 1. The offsets live on the device and
+ * the kernels clamp them (parts/scheduler.cuh: seq_span); fw_fwd_params's Lq and Lk are then the maxima
+ * (max_seqlen_q/k) and its batch strides unused. */
+typedef struct fw_fwd_seqs {
+    const int32_t *cu_q, *cu_k; /* batch + 1 offsets each, on the device */
+    int64_t total_q, total_k;   /* the packed tensors' rows */
+    int batch;                  /* sequences */
+} fw_fwd_seqs;
+
+/* Host-side launch of one configuration for one element type; returns a cudaError_t. seqs: the ragged batch
+ * for a record of the varlen table (NULL otherwise: dense records ignore it). A varlen record returns
+ * cudaErrorNotSupported, launching nothing, where the driver refuses a tensor map of the packed tensors. */
+typedef cudaError_t (*fw_fwd_launch_fn)(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs,
+                                        cudaStream_t stream);
 
 typedef enum fw_fwd_kernel {
     FW_FWD_MMA = 0, /* mma.sync m16n8k16, cp.async ring (kernel_mma.cuh): sm_80 machine code, runs on 8.0+ */
@@ -55,9 +68,12 @@ typedef struct fw_fwd_record {
     fw_fwd_launch_fn f16, bf16;
 } fw_fwd_record;
 
-/* generated/fwd_records.cu: every record, head dims ascending, in the table's order within one. */
+/* generated/fwd_records.cu: every record of dense calls, head dims ascending, in the table's order within
+ * one; and the records of ragged calls (kernels.tsv's varlen option), likewise. */
 extern const fw_fwd_record fw_fwd_records[];
 extern const int fw_fwd_nrecords;
+extern const fw_fwd_record fw_fwd_varlen_records[];
+extern const int fw_fwd_nvarlen_records;
 
 #ifdef __cplusplus
 }

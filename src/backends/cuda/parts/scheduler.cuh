@@ -10,11 +10,12 @@
  * blocks next to each other (longest first), then heads, then batch entries; single_tile_scheduler is the
  * static grid's one tile in the same interface, so that a kernel written for the loop runs either way.
  *
- * Where this is meant to grow (FlashAttention-3's SeqlenInfo): ragged batches get a seqlen_info that reads the
- * sequence's row offset and length from cu_seqlens on the device (the dense kernels read Lq, Lk and the
- * (batch, head) strides of their parameters). Kernels ask the scheduler for a tile_coord rather than reading
- * blockIdx, so another scheduler changes only the loop around their body. The backward's dK/dV kernels walk
- * the transpose: a key_block per block of keys, over the query tiles that can see them. */
+ * varlen_tile_scheduler: ragged batches (FlashAttention-3's SeqlenInfo): a linear grid of (slot, head) in
+ * which each sequence owns one slot per query block, and a seq_span per block read from the cumulative
+ * offsets on the device (the dense kernels read Lq, Lk and the (batch, head) strides of their parameters).
+ * Kernels ask the scheduler for a tile_coord rather than reading blockIdx, so another scheduler changes only
+ * the loop around their body. The backward's dK/dV kernels walk the transpose: a key_block per block of keys,
+ * over the query tiles that can see them. */
 #ifndef FW_PARTS_SCHEDULER_CUH
 #define FW_PARTS_SCHEDULER_CUH
 
@@ -122,8 +123,12 @@ struct query_block {
     int m0, h, b, hk, n_begin, n_tiles;
     template <int BM, int BN, typename P> static __device__ __forceinline__ query_block of(const P &p)
     {
+        return at<BM, BN>(p, static_tile_scheduler::get_tile(p));
+    }
+    /* The same for a given tile (a ragged batch's: P then describes its sequence alone). */
+    template <int BM, int BN, typename P> static __device__ __forceinline__ query_block at(const P &p, const tile_coord &t)
+    {
         query_block k;
-        const tile_coord t = static_tile_scheduler::get_tile(p);
         k.h = t.h;
         k.b = t.b;
         k.hk = k.h / p.group;
@@ -166,6 +171,88 @@ template <int BN, int BM> struct key_block {
         return hk * p.group + it / m_tiles;
     }
     __device__ __forceinline__ int row0(int it) const { return m_begin + (it % m_tiles) * BM; }
+};
+
+/* One sequence of a ragged batch: its first query and key rows in the packed tensors and its lengths. */
+struct seq_span {
+    int64_t q_row0, k_row0;
+    int lq, lk;
+};
+
+/* Rows [row0, row0 + len) of a sequence from its two raw offsets a, e, clamped exactly as the serving
+ * kernels' seq_info does (include/flashwatt.h's contract for offsets that live on the device): a into
+ * [0, total], e into [a, total], the length cut to max_len (the host's max_seqlen; rows beyond are not
+ * written). Every row formed from the result lies inside the packed tensor. */
+__device__ __forceinline__ int64_t clamp_offset(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+__device__ __forceinline__ void clamp_rows(int32_t a, int32_t e, int64_t total, int max_len, int64_t &row0, int &len)
+{
+    row0 = clamp_offset(a, 0, total);
+    const int64_t end = clamp_offset(e, row0, total);
+    len = (int)(end - row0 < (int64_t)max_len ? end - row0 : (int64_t)max_len);
+}
+
+/* Ragged batches on a linear grid of (slot, head), the head fastest (query heads that share a KV head run
+ * side by side). Sequence b owns the slots from floor(a_b / BM) + b (a_b its first query row), one per
+ * query block, longest first under causal-like masks. These ranges never overlap and all end before
+ * floor(total_q / BM) + B, so the grid needs only host-known sizes (the lengths live on the device: no
+ * synchronisation, CUDA graphs stay valid) and holds at most one empty slot per sequence, where a grid of
+ * max_seqlen_q's blocks per sequence leaves most of a spread batch empty. A block finds its sequence with
+ * a 32-way search of the offsets in each warp (one round of loads up to 32 sequences, two up to 1024);
+ * a slot past its sequence's blocks has no work. S: batch, cu_q, cu_k, total_q, total_k (fw_fwd_seqs). */
+struct varlen_tile_scheduler {
+    /* Blocks of the grid (the caller checks that they fit 2^31 - 1). */
+    static int64_t blocks(int64_t total_q, int64_t batch, int64_t heads, int bm) { return (total_q / bm + batch) * heads; }
+
+    /* This block's tile (b = 0: the packed tensors' one batch entry) and its sequence; false: no work. Every
+     * lane of the calling warp takes part. */
+    template <int BM, class S>
+    static __device__ __forceinline__ bool get_tile(const S &s, int heads, int max_q, int max_k, bool longest_first,
+                                                    tile_coord &t, seq_span &q)
+    {
+        const unsigned all = 0xffffffffu;
+        const int lane = (int)(threadIdx.x & 31);
+        const int64_t slot = (int64_t)(blockIdx.x / (unsigned)heads);
+        int lo = 0, n = s.batch; /* the sequence is among lo .. lo + n - 1 */
+        while (n > 32) {         /* 32 evenly spaced candidates; keep the stretch after the last that starts by slot */
+            const int stride = (n + 31) / 32, i = lane * stride;
+            bool starts = false;
+            if (i < n) {
+                starts = clamp_offset(__ldg(s.cu_q + lo + i), 0, s.total_q) / BM + lo + i <= slot;
+            }
+            const unsigned m = __ballot_sync(all, starts);
+            if (!m) return false;
+            const int j = 31 - __clz(m);
+            lo += j * stride;
+            n = min(stride, n - j * stride);
+        }
+        int32_t qa = 0, qe = 0, ka = 0, ke = 0;
+        if (lane < n) {
+            qa = __ldg(s.cu_q + lo + lane);
+            qe = __ldg(s.cu_q + lo + lane + 1);
+            ka = __ldg(s.cu_k + lo + lane);
+            ke = __ldg(s.cu_k + lo + lane + 1);
+        }
+        int64_t row0;
+        int len;
+        clamp_rows(qa, qe, s.total_q, max_q, row0, len);
+        const int64_t first = row0 / BM + lo + lane; /* the sequence's first slot */
+        const unsigned m = __ballot_sync(all, lane < n && first <= slot);
+        if (!m) return false;
+        const int j = 31 - __clz(m);
+        qa = __shfl_sync(all, qa, j);
+        qe = __shfl_sync(all, qe, j);
+        ka = __shfl_sync(all, ka, j);
+        ke = __shfl_sync(all, ke, j);
+        clamp_rows(qa, qe, s.total_q, max_q, q.q_row0, q.lq);
+        clamp_rows(ka, ke, s.total_k, max_k, q.k_row0, q.lk);
+        const int nb = (q.lq + BM - 1) / BM;
+        const int64_t r = slot - (q.q_row0 / BM + lo + j);
+        if (r >= nb) return false;
+        t.m_block = longest_first ? nb - 1 - (int)r : (int)r;
+        t.h = (int)(blockIdx.x % (unsigned)heads);
+        t.b = 0;
+        return true;
+    }
 };
 
 } /* namespace fwparts */
