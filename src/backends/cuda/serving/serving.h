@@ -37,7 +37,8 @@ typedef struct fw_srv_params {
     int B, H, H_kv, group, d;
     int max_q, max_k;         /* host maxima: every sequence is cut to these */
     int page_size, num_pages, capacity;
-    int page_shift;           /* log2(page_size) when a power of two (shifts, not divisions), else -1 */
+    uint32_t page_mul;        /* key j's page slot is (umulhi(j, page_mul) + j) >> page_shr: no division */
+    int page_shr;
     int wl, wr;               /* window, clamped to max_q + max_k + 1 (no overflow in sums) */
     int has_window;
     float scale, scale_log2;

@@ -88,15 +88,15 @@ __device__ __forceinline__ int64_t key_base(const fw_srv_params &p, const int64_
     return row0 + (int64_t)hk * st[1];
 }
 
+/* j / page_size for 0 <= j < 2^31: a multiply-high, an add and a shift (page_div.h), not a division. */
+__device__ __forceinline__ uint32_t page_div(const fw_srv_params &p, uint32_t j)
+{
+    return (__umulhi(j, p.page_mul) + j) >> p.page_shr;
+}
+
 /* Key j's page within its sequence's table row and its row within the page (j >= 0). */
-__device__ __forceinline__ int page_slot(const fw_srv_params &p, int j)
-{
-    return p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
-}
-__device__ __forceinline__ int page_row(const fw_srv_params &p, int j)
-{
-    return p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
-}
+__device__ __forceinline__ int page_slot(const fw_srv_params &p, int j) { return (int)page_div(p, (uint32_t)j); }
+__device__ __forceinline__ int page_row(const fw_srv_params &p, int j) { return j - page_slot(p, j) * p.page_size; }
 
 /* The page holding key j (0 <= j < capacity) of the table row bt, or -1 when the entry is outside
  * [0, num_pages): such keys are masked and never read, and appends there are not written. */

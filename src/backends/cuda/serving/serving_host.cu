@@ -6,6 +6,7 @@
 #include <string.h>
 #include "backends/cuda/common/cuda_common.h"
 #include "backends/cuda/common/workspace.h"
+#include "page_div.h"
 #include "serving_host.h"
 
 /* ---- configuration names ------------------------------------------------------------------ */
@@ -214,9 +215,9 @@ void srv_fill_params(const fw_problem *p, fw_srv_params *a)
     a->max_q = (int)p->seqlen_q;
     a->max_k = (int)p->seqlen_k;
     a->page_size = a->paged ? (int)p->page_size : 1;
-    a->page_shift = -1;
-    for (int s = 0; s < 31; s++)
-        if (a->page_size == 1 << s) a->page_shift = s;
+    const fw_page_div pd = fw_page_div_make((uint32_t)a->page_size);
+    a->page_mul = pd.mul;
+    a->page_shr = pd.shr;
     a->num_pages = a->paged ? (int)p->num_pages : 0;
     a->capacity = (int)(p->kind == FW_CALL_KVCACHE ? p->capacity : p->seqlen_k);
     const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
