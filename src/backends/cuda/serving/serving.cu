@@ -8,7 +8,14 @@
  *
  * Heuristic: rows a block BM = 16, 32 or 64, the smallest that holds seqlen_q · group (64 beyond: ragged
  * prefill); tiles of 64 keys (128 at head dim 64), three stages where they fit twice per SM (two at head
- * dim 256); the split count from the SMs and the blocks per SM (srv_plan_splits). */
+ * dim 256); the split count from the SMs and the blocks per SM (srv_plan_splits). When even one block
+ * per SM leaves SMs without work (B · H_kv · row blocks below the SM count), the keys are split into about
+ * one wave of blocks that start and finish together: a second block per SM then hides no block's start
+ * or end behind another's stream; it only doubles the blocks (Q loads, partials to merge) and the
+ * concurrent streams at the memory. Such calls take one block per SM ("-occ1") where the tile keeps all
+ * of three stages in flight, which is also the configuration with fewer blocks in flight at the same
+ * bandwidth (energy). Calls with several waves of blocks keep as many blocks per SM as fit, so that one
+ * block's start overlaps another's stream. */
 #include <stdio.h>
 #include <string.h>
 #include "serving_tc.cuh"
@@ -79,6 +86,19 @@ static int srv_tc_blocks_per_sm(const fw_srv_tc_variant *v, fw_dtype dt, size_t 
 {
     const int n = v->occupancy[dt == FW_BF16](smem);
     return n > 0 ? n : 1;
+}
+
+/* The heuristic's configuration with its occupancy (see the file's comment); the device is current. */
+static int srv_tc_heuristic(const fw_problem *p, const fw_cuda_device_info *di, srv_choice *c)
+{
+    if (!srv_tc_default(p, di, c)) return 0;
+    const fw_srv_tc_variant *v = srv_tc_find(p, c, di);
+    const int64_t m_blocks = (srv_tc_rows(p) + c->bm - 1) / c->bm;
+    const int64_t base = p->batch * p->kv_heads * (m_blocks > 0 ? m_blocks : 1);
+    if (v && c->stages >= 3 && p->seqlen_k > c->bn && base < di->sm_count &&
+        srv_tc_blocks_per_sm(v, p->dtype, srv_tc_smem(v, p)) > 1)
+        c->occupancy = 1;
+    return 1;
 }
 
 extern "C" int fw_srv_tc_routes(const fw_problem *p)
@@ -169,7 +189,7 @@ extern "C" int fw_srv_tc_configs(const fw_problem *p, fw_config *out, int max)
     if (max < 1 || !fw_srv_tc_routes(p) || !fw_cuda_device_facts(p->device.index, &di))
         return 0;
     fw_cuda_device_guard guard(p->device.index);
-    if (!srv_tc_default(p, &di, &def)) return 0;
+    if (guard.failed() ? !srv_tc_default(p, &di, &def) : !srv_tc_heuristic(p, &di, &def)) return 0;
     int n = 0, nv = 0;
     srv_choice_to_config(&def, p->precision, &out[n++]);
     const fw_srv_tc_variant *vs = srv_tc_table(p->head_dim, &nv);
@@ -242,7 +262,7 @@ extern "C" fw_status fw_srv_tc_forward(const fw_problem *p, const fw_config *cfg
     } else if (cfg && !cfg->name[0] && cfg->block_m) {
         const srv_choice f = {cfg->block_m, cfg->block_n, cfg->stages, cfg->splits, cfg->occupancy};
         c = f;
-    } else if (!srv_tc_default(p, &di, &c)) {
+    } else if (!srv_tc_heuristic(p, &di, &c)) {
         fw_why(ex->err, ex->err_len, "no cuda-flash serving configuration fits head_dim %lld", (long long)p->head_dim);
         return FW_ERR_UNSUPPORTED;
     }
