@@ -245,24 +245,26 @@ __global__ void __launch_bounds__(128) merge_kernel(const fw_srv_params p)
 }
 
 /* Blocks of 128 threads per SM of `kernel` at dynamic shared memory `smem` (the caller has set its
- * attributes), remembered for the last (device, size) asked: the backend's configs() runs on every
- * scheduled call. 0 where the runtime cannot say. */
+ * attributes), remembered for the last four (device, size) asked, by size: the backend's configs() runs
+ * on every scheduled call, and a call asks for its natural and its capped size. 0 where the runtime
+ * cannot say. */
 template <auto kernel> static int blocks_per_sm(size_t smem)
 {
-    static std::atomic<unsigned long long> memo{0}; /* valid bit 63, device 40..47, smem 8..39, blocks 0..7 */
+    static std::atomic<unsigned long long> memo[4]; /* valid bit 63, device 40..47, smem 8..39, blocks 0..7 */
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     const unsigned long long key = 1ull << 63 | (unsigned long long)(dev & 0xff) << 40 | (unsigned long long)(smem & 0xffffffffu) << 8;
-    const unsigned long long m = memo.load(std::memory_order_relaxed);
+    std::atomic<unsigned long long> &slot = memo[(smem >> 4) & 3];
+    const unsigned long long m = slot.load(std::memory_order_relaxed);
     if ((m & ~0xffull) == key) return (int)(m & 0xff);
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    memo.store(key | (unsigned long long)(n & 0xff), std::memory_order_relaxed);
+    slot.store(key | (unsigned long long)(n & 0xff), std::memory_order_relaxed);
     return n;
 }
 
