@@ -24,8 +24,9 @@ call over --reps windows after warm-up; --graph captures each window as a CUDA g
 with its workspace reserved through fw_attention_workspace_size). Outputs are checked against SDPA's.
 
     FLASHWATT_LIBRARY=build/libflashwatt.so python3 bench/serving_sdpa.py [--quick] [--reps N] [--graph]
-        [--configs] [--json PATH]
-        --configs   also the KV-cache call under every cuda-flash serving configuration
+        [--configs] [--json PATH] [--shapes 0,2] [--ordered] [--no-prefill] [--page-sizes 16,1]
+        --configs      also the KV-cache call under every cuda-flash serving configuration
+        --page-sizes   the paged rows' page sizes (those that divide a shape's keys), default 16,1
 """
 from __future__ import annotations
 
@@ -293,7 +294,10 @@ def decode_rows(args, copy_gbs, configs):
         todo.append(("fw cache", fw_cache(ctx, q, kc, vc, seqlens, o_cache)))
         outs["fw dense"], outs["fw cache"] = o_dense, o_cache
         keep = []
-        for ps, ordered in [(16, False), (1, False)] + ([(16, True), (1, True)] if args.ordered else []):
+        sizes = [int(x) for x in args.page_sizes.split(",") if x]
+        for ps, ordered in [(x, False) for x in sizes] + ([(x, True) for x in sizes] if args.ordered else []):
+            if L % ps:
+                continue
             kp, vp, table = paged_copy(kc, vc, ps, ordered)
             o = torch.empty_like(q)
             keep += [kp, vp, table]
@@ -413,6 +417,7 @@ def main():
     ap.add_argument("--shapes", default="", help="decode shapes by index into the table (e.g. 0,2)")
     ap.add_argument("--ordered", action="store_true", help="also paged caches whose pages are in order")
     ap.add_argument("--no-prefill", action="store_true", help="skip the ragged prefill rows")
+    ap.add_argument("--page-sizes", default="16,1", help="page sizes of the paged rows (dividing the keys), e.g. 16,1,256,4")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, cudnn "

@@ -496,6 +496,7 @@ static void run_suite(int quick)
             run_case(&v);
         }
     }
+    paged_decode_suite(quick);
     grown_cache(FW_BF16, 16);
     if (!quick) {
         grown_cache(FW_F16, 0);

@@ -8,7 +8,14 @@
  *
  * Heuristic: rows a block BM = 16, 32 or 64, the smallest that holds seqlen_q · group (64 beyond: ragged
  * prefill); tiles of 64 keys (128 at head dim 64), three stages where they fit twice per SM (two at head
- * dim 256); the split count from the SMs and the blocks per SM (srv_plan_splits). */
+ * dim 256); the split count from the SMs and the blocks per SM (srv_plan_splits). When even one block
+ * per SM leaves SMs without work (B · H_kv · row blocks below the SM count), the keys are split into about
+ * one wave of blocks that start and finish together: a second block per SM then hides no block's start
+ * or end behind another's stream; it only doubles the blocks (Q loads, partials to merge) and the
+ * concurrent streams at the memory. Such calls take one block per SM ("-occ1") where the tile keeps all
+ * of three stages in flight, which is also the configuration with fewer blocks in flight at the same
+ * bandwidth (energy). Calls with several waves of blocks keep as many blocks per SM as fit, so that one
+ * block's start overlaps another's stream. */
 #include <stdio.h>
 #include <string.h>
 #include "serving_tc.cuh"
@@ -38,12 +45,18 @@ static int srv_tc_bm(const fw_problem *p)
     return rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
 }
 
+/* Dynamic shared memory variant v takes for p: paged calls also hold block-table slices. */
+static size_t srv_tc_smem(const fw_srv_tc_variant *v, const fw_problem *p)
+{
+    return p->kind == FW_CALL_KVCACHE && p->block_table ? v->smem_paged : v->smem;
+}
+
 static const fw_srv_tc_variant *srv_tc_find(const fw_problem *p, const srv_choice *c, const fw_cuda_device_info *di)
 {
     int n = 0;
     const fw_srv_tc_variant *vs = srv_tc_table(p->head_dim, &n);
     for (int i = 0; i < n; i++)
-        if (vs[i].bm == c->bm && vs[i].bn == c->bn && vs[i].stages == c->stages && (int)vs[i].smem <= di->smem_optin)
+        if (vs[i].bm == c->bm && vs[i].bn == c->bn && vs[i].stages == c->stages && (int)srv_tc_smem(&vs[i], p) <= di->smem_optin)
             return &vs[i];
     return NULL;
 }
@@ -60,12 +73,32 @@ static int srv_tc_default(const fw_problem *p, const fw_cuda_device_info *di, sr
     int n = 0;
     const fw_srv_tc_variant *vs = srv_tc_table(p->head_dim, &n);
     for (int i = 0; i < n; i++) /* a smaller device: the first of this height that fits */
-        if (vs[i].bm == c->bm && (int)vs[i].smem <= di->smem_optin) {
+        if (vs[i].bm == c->bm && (int)srv_tc_smem(&vs[i], p) <= di->smem_optin) {
             c->bn = vs[i].bn;
             c->stages = vs[i].stages;
             return 1;
         }
     return 0;
+}
+
+/* Blocks per SM of variant v at launch size smem (at least 1). */
+static int srv_tc_blocks_per_sm(const fw_srv_tc_variant *v, fw_dtype dt, size_t smem)
+{
+    const int n = v->occupancy[dt == FW_BF16](smem);
+    return n > 0 ? n : 1;
+}
+
+/* The heuristic's configuration with its occupancy (see the file's comment); the device is current. */
+static int srv_tc_heuristic(const fw_problem *p, const fw_cuda_device_info *di, srv_choice *c)
+{
+    if (!srv_tc_default(p, di, c)) return 0;
+    const fw_srv_tc_variant *v = srv_tc_find(p, c, di);
+    const int64_t m_blocks = (srv_tc_rows(p) + c->bm - 1) / c->bm;
+    const int64_t base = p->batch * p->kv_heads * (m_blocks > 0 ? m_blocks : 1);
+    if (v && c->stages >= 3 && p->seqlen_k > c->bn && base < di->sm_count &&
+        srv_tc_blocks_per_sm(v, p->dtype, srv_tc_smem(v, p)) > 1)
+        c->occupancy = 1;
+    return 1;
 }
 
 extern "C" int fw_srv_tc_routes(const fw_problem *p)
@@ -120,6 +153,7 @@ extern "C" int fw_srv_tc_supports(const fw_problem *p, char *why, size_t why_len
                       (long long)p->batch, (long long)p->kv_heads);
     if (p->num_pages > 0x7fffffff)
         return fw_why(why, why_len, "a page pool of %lld pages is above 2^31 - 1", (long long)p->num_pages);
+    if (!srv_key_strides_fit(p, why, why_len)) return 0;
     const void *ptrs[6] = {p->q, p->k, p->v, p->o, p->k_new, p->v_new};
     for (int i = 0; i < 6; i++)
         if (ptrs[i] && !fw_cuda_aligned16(ptrs[i]))
@@ -148,28 +182,22 @@ extern "C" int fw_srv_tc_supports(const fw_problem *p, char *why, size_t why_len
     return 1;
 }
 
-/* Blocks per SM of variant v at launch size smem (at least 1). */
-static int srv_tc_blocks_per_sm(const fw_srv_tc_variant *v, fw_dtype dt, size_t smem)
-{
-    const int n = v->occupancy[dt == FW_BF16](smem);
-    return n > 0 ? n : 1;
-}
-
 extern "C" int fw_srv_tc_configs(const fw_problem *p, fw_config *out, int max)
 {
     fw_cuda_device_info di;
     srv_choice def;
-    if (max < 1 || !fw_srv_tc_routes(p) || !fw_cuda_device_facts(p->device.index, &di) || !srv_tc_default(p, &di, &def))
+    if (max < 1 || !fw_srv_tc_routes(p) || !fw_cuda_device_facts(p->device.index, &di))
         return 0;
     fw_cuda_device_guard guard(p->device.index);
+    if (guard.failed() ? !srv_tc_default(p, &di, &def) : !srv_tc_heuristic(p, &di, &def)) return 0;
     int n = 0, nv = 0;
     srv_choice_to_config(&def, p->precision, &out[n++]);
     const fw_srv_tc_variant *vs = srv_tc_table(p->head_dim, &nv);
     /* every tile of the heuristic's height, as many blocks per SM as fit, then capped at 1 and 2 where
      * that binds (fewer blocks in flight: the energy configurations the tuner measures) */
     for (int i = 0; i < nv && n < max; i++) {
-        if (vs[i].bm != def.bm || (int)vs[i].smem > di.smem_optin) continue;
-        const int natural = guard.failed() ? 0 : srv_tc_blocks_per_sm(&vs[i], p->dtype, vs[i].smem);
+        if (vs[i].bm != def.bm || (int)srv_tc_smem(&vs[i], p) > di.smem_optin) continue;
+        const int natural = guard.failed() ? 0 : srv_tc_blocks_per_sm(&vs[i], p->dtype, srv_tc_smem(&vs[i], p));
         for (int cap = 0; cap <= 2 && n < max; cap++) {
             if (cap > 0 && natural <= cap) continue;
             const srv_choice c = {vs[i].bm, vs[i].bn, vs[i].stages, 0, cap};
@@ -234,7 +262,7 @@ extern "C" fw_status fw_srv_tc_forward(const fw_problem *p, const fw_config *cfg
     } else if (cfg && !cfg->name[0] && cfg->block_m) {
         const srv_choice f = {cfg->block_m, cfg->block_n, cfg->stages, cfg->splits, cfg->occupancy};
         c = f;
-    } else if (!srv_tc_default(p, &di, &c)) {
+    } else if (!srv_tc_heuristic(p, &di, &c)) {
         fw_why(ex->err, ex->err_len, "no cuda-flash serving configuration fits head_dim %lld", (long long)p->head_dim);
         return FW_ERR_UNSUPPORTED;
     }
@@ -251,7 +279,7 @@ extern "C" fw_status fw_srv_tc_forward(const fw_problem *p, const fw_config *cfg
     if (a.m_blocks < 1) a.m_blocks = 1;
     /* causal-like masks give later row blocks more keys: schedule them first */
     a.reverse_m = a.m_blocks > 1 && p->window_right < p->seqlen_q + p->seqlen_k && p->window_left >= p->seqlen_q + p->seqlen_k;
-    const size_t smem = srv_launch_smem(p->device.index, v->smem, c.occupancy);
+    const size_t smem = srv_launch_smem(p->device.index, srv_tc_smem(v, p), c.occupancy);
     const int64_t slots = (int64_t)di.sm_count * srv_tc_blocks_per_sm(v, p->dtype, smem);
     srv_kernels k;
     char cname[48];

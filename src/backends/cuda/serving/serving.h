@@ -37,7 +37,12 @@ typedef struct fw_srv_params {
     int B, H, H_kv, group, d;
     int max_q, max_k;         /* host maxima: every sequence is cut to these */
     int page_size, num_pages, capacity;
-    int page_shift;           /* log2(page_size) when a power of two (shifts, not divisions), else -1 */
+    uint32_t page_mul;        /* key j's page slot is (umulhi(j, page_mul) + j) >> page_shr: no division */
+    int page_shr;
+    /* Bytes between consecutive keys (rows) and between pages of k and v, below 2^32 (the host checks):
+     * the tile loads form key addresses with 32 x 32 -> 64-bit multiply-adds. Zero where unused (a page
+     * of one row, or no pages). */
+    uint32_t k_row_bytes, v_row_bytes, k_page_bytes, v_page_bytes;
     int wl, wr;               /* window, clamped to max_q + max_k + 1 (no overflow in sums) */
     int has_window;
     float scale, scale_log2;

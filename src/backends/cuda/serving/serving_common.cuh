@@ -88,15 +88,15 @@ __device__ __forceinline__ int64_t key_base(const fw_srv_params &p, const int64_
     return row0 + (int64_t)hk * st[1];
 }
 
+/* j / page_size for 0 <= j < 2^31: a multiply-high, an add and a shift (page_div.h), not a division. */
+__device__ __forceinline__ uint32_t page_div(const fw_srv_params &p, uint32_t j)
+{
+    return (__umulhi(j, p.page_mul) + j) >> p.page_shr;
+}
+
 /* Key j's page within its sequence's table row and its row within the page (j >= 0). */
-__device__ __forceinline__ int page_slot(const fw_srv_params &p, int j)
-{
-    return p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
-}
-__device__ __forceinline__ int page_row(const fw_srv_params &p, int j)
-{
-    return p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size;
-}
+__device__ __forceinline__ int page_slot(const fw_srv_params &p, int j) { return (int)page_div(p, (uint32_t)j); }
+__device__ __forceinline__ int page_row(const fw_srv_params &p, int j) { return j - page_slot(p, j) * p.page_size; }
 
 /* The page holding key j (0 <= j < capacity) of the table row bt, or -1 when the entry is outside
  * [0, num_pages): such keys are masked and never read, and appends there are not written. */
@@ -245,24 +245,26 @@ __global__ void __launch_bounds__(128) merge_kernel(const fw_srv_params p)
 }
 
 /* Blocks of 128 threads per SM of `kernel` at dynamic shared memory `smem` (the caller has set its
- * attributes), remembered for the last (device, size) asked: the backend's configs() runs on every
- * scheduled call. 0 where the runtime cannot say. */
+ * attributes), remembered for the last four (device, size) asked, by size: the backend's configs() runs
+ * on every scheduled call, and a call asks for its natural and its capped size. 0 where the runtime
+ * cannot say. */
 template <auto kernel> static int blocks_per_sm(size_t smem)
 {
-    static std::atomic<unsigned long long> memo{0}; /* valid bit 63, device 40..47, smem 8..39, blocks 0..7 */
+    static std::atomic<unsigned long long> memo[4]; /* valid bit 63, device 40..47, smem 8..39, blocks 0..7 */
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     const unsigned long long key = 1ull << 63 | (unsigned long long)(dev & 0xff) << 40 | (unsigned long long)(smem & 0xffffffffu) << 8;
-    const unsigned long long m = memo.load(std::memory_order_relaxed);
+    std::atomic<unsigned long long> &slot = memo[(smem >> 4) & 3];
+    const unsigned long long m = slot.load(std::memory_order_relaxed);
     if ((m & ~0xffull) == key) return (int)(m & 0xff);
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    memo.store(key | (unsigned long long)(n & 0xff), std::memory_order_relaxed);
+    slot.store(key | (unsigned long long)(n & 0xff), std::memory_order_relaxed);
     return n;
 }
 

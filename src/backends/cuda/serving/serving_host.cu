@@ -6,6 +6,8 @@
 #include <string.h>
 #include "backends/cuda/common/cuda_common.h"
 #include "backends/cuda/common/workspace.h"
+#include "core/dtype.h"
+#include "page_div.h"
 #include "serving_host.h"
 
 /* ---- configuration names ------------------------------------------------------------------ */
@@ -177,6 +179,31 @@ size_t srv_ws_bound(const fw_problem *p, int bm, int bn, int64_t slots2)
 
 /* ---- kernel arguments --------------------------------------------------------------------- */
 
+void srv_key_stride_bytes(const fw_problem *p, int64_t *k_row, int64_t *v_row, int64_t *k_page, int64_t *v_page)
+{
+    const int paged = p->kind == FW_CALL_KVCACHE && p->block_table != NULL;
+    const int64_t es = (int64_t)fw_dtype_size(p->dtype);
+    /* keys a sequence (or a page) holds: a stride between them matters only where there are two */
+    const int64_t rows = paged ? p->page_size : p->kind == FW_CALL_VARLEN ? p->total_k
+                                                : p->kind == FW_CALL_KVCACHE ? p->capacity : p->seqlen_k;
+    *k_row = rows > 1 ? p->k_stride[2] * es : 0;
+    *v_row = rows > 1 ? p->v_stride[2] * es : 0;
+    *k_page = paged && p->num_pages > 1 ? p->k_stride[0] * es : 0;
+    *v_page = paged && p->num_pages > 1 ? p->v_stride[0] * es : 0;
+}
+
+int srv_key_strides_fit(const fw_problem *p, char *why, size_t len)
+{
+    int64_t s[4];
+    srv_key_stride_bytes(p, &s[0], &s[1], &s[2], &s[3]);
+    static const char *what[4] = {"k's key (seq) stride", "v's key (seq) stride", "k's page stride", "v's page stride"};
+    for (int i = 0; i < 4; i++)
+        if (s[i] > (int64_t)UINT32_MAX)
+            return fw_why(why, len, "%s is %lld bytes; the serving kernels take strides between keys and between "
+                          "pages below 2^32 bytes", what[i], (long long)s[i]);
+    return 1;
+}
+
 static int clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? limit : w); }
 
 void srv_fill_params(const fw_problem *p, fw_srv_params *a)
@@ -214,10 +241,16 @@ void srv_fill_params(const fw_problem *p, fw_srv_params *a)
     a->max_q = (int)p->seqlen_q;
     a->max_k = (int)p->seqlen_k;
     a->page_size = a->paged ? (int)p->page_size : 1;
-    a->page_shift = -1;
-    for (int s = 0; s < 31; s++)
-        if (a->page_size == 1 << s) a->page_shift = s;
+    const fw_page_div pd = fw_page_div_make((uint32_t)a->page_size);
+    a->page_mul = pd.mul;
+    a->page_shr = pd.shr;
     a->num_pages = a->paged ? (int)p->num_pages : 0;
+    int64_t kr, vr, kp, vp;
+    srv_key_stride_bytes(p, &kr, &vr, &kp, &vp);
+    a->k_row_bytes = (uint32_t)kr; /* cuda-flash checked that they fit (srv_key_strides_fit); f32 does not use them */
+    a->v_row_bytes = (uint32_t)vr;
+    a->k_page_bytes = (uint32_t)kp;
+    a->v_page_bytes = (uint32_t)vp;
     a->capacity = (int)(p->kind == FW_CALL_KVCACHE ? p->capacity : p->seqlen_k);
     const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
     a->wl = clamp_window(p->window_left, lim);

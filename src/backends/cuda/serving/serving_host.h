@@ -42,6 +42,12 @@ size_t srv_ws_bound(const fw_problem *p, int bm, int bn, int64_t slots2);
 /* Partials taken from the stream-ordered pool (no workspace set) stay within this: fewer splits beyond. */
 #define SRV_POOL_LIMIT ((size_t)256 << 20)
 
+/* Bytes between consecutive keys of k and v (within a sequence, or a page) and between pages; 0 where
+ * there is only one key (page) to step over. srv_key_strides_fit: whether they fit the kernels' 32-bit
+ * byte strides (fw_srv_params), else a reason naming the stride. */
+void srv_key_stride_bytes(const fw_problem *p, int64_t *k_row, int64_t *v_row, int64_t *k_page, int64_t *v_page);
+int srv_key_strides_fit(const fw_problem *p, char *why, size_t len);
+
 /* Kernel arguments of p (everything but the launch geometry). */
 void srv_fill_params(const fw_problem *p, fw_srv_params *a);
 

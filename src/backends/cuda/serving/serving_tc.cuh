@@ -6,11 +6,11 @@
  * tile (decode reads each KV head once, not once per query head). Its four warps form WM = BM/16 row
  * groups × WN = 4/WM key groups: warp (wm, wn) owns rows wm·16 .. +15 and keys wn·BN/WN .. of every
  * tile, with its own online softmax; the WN partial states of a row group are merged through shared
- * memory at the end (decode: BM = 16, all four warps split the keys). K/V rows come in 16-byte cp.async
- * chunks through an ST-stage ring, gathered per row through the block table when paged (the page indices
- * of the next tile are loaded while the current one is computed); keys on a page outside the pool are
- * zero-filled and masked through a per-stage flag. With split-KV the block writes a normalised f32 partial
- * and its LSE to the workspace, merged by fwsrv::merge_kernel. */
+ * memory at the end (decode: BM = 16, all four warps split the keys). K/V tiles come in 16-byte cp.async
+ * chunks through an ST-stage ring (serving_load.cuh: per-thread runs of rows, pages looked up once per
+ * run or per row from a shared slice of the block table). A tile with a key on a page outside the pool
+ * is masked key by key from that slice; the others skip the mask. With split-KV the block writes a
+ * normalised f32 partial and its LSE to the workspace, merged by fwsrv::merge_kernel. */
 #ifndef FW_CUDA_SERVING_TC_CUH
 #define FW_CUDA_SERVING_TC_CUH
 
@@ -18,6 +18,7 @@
 #include "backends/cuda/parts/mma.cuh"
 #include "backends/cuda/parts/softmax.cuh"
 #include "serving_common.cuh"
+#include "serving_load.cuh"
 
 /* Launch of one configuration at a dynamic shared-memory size (>= the configuration's, larger to cap
  * its blocks per SM); blocks per SM at that size (0 where the runtime cannot say). */
@@ -27,7 +28,7 @@ typedef int (*fw_srv_occupancy_fn)(size_t smem);
 /* One compiled configuration of the kernel: head dim (padded), rows, keys a tile, stages. */
 typedef struct fw_srv_tc_variant {
     int d, bm, bn, stages;
-    size_t smem;
+    size_t smem, smem_paged; /* dynamic shared memory of a contiguous (ragged, dense) call and of a paged one */
     fw_srv_launch_fn launch[2];          /* f16, bf16 */
     fw_srv_occupancy_fn occupancy[2];
 } fw_srv_tc_variant;
@@ -48,12 +49,16 @@ template <int D, int BM, int BN, int ST> struct tc_shape {
     static constexpr int SDF = D + 8;                /* f32 merge rows (floats): float2 stores conflict-free */
     static constexpr size_t Q_BYTES = (size_t)BM * SD * 2;
     static constexpr size_t STAGE_BYTES = (size_t)BN * SD * 2;
-    static constexpr size_t OK_OFFSET = Q_BYTES + 2 * (size_t)ST * STAGE_BYTES; /* key_ok[ST][BN] */
-    static constexpr size_t MAIN = OK_OFFSET + (size_t)ST * BN;
+    /* paged only: the block-table slices of ST tiles, int32 [ST][BN] (warp w's at [w·BN/4, (w + 1)·BN/4):
+     * the pages of the rows it loads). A contiguous call launches without them (SMEM), a paged one with
+     * them (SMEM_PAGED). */
+    static constexpr size_t IDS_OFFSET = Q_BYTES + 2 * (size_t)ST * STAGE_BYTES;
+    static constexpr size_t MAIN_PAGED = IDS_OFFSET + (size_t)ST * BN * 4;
     static constexpr size_t ML_OFFSET = Q_BYTES;                                 /* merge: (m, l)[W][16] */
     static constexpr size_t O_OFFSET = Q_BYTES + (size_t)W * 16 * 2 * 4;         /* merge: O[W][16][SDF] */
     static constexpr size_t MERGE = O_OFFSET + (size_t)W * 16 * SDF * 4;
-    static constexpr size_t SMEM = ((MAIN > MERGE ? MAIN : MERGE) + 15) / 16 * 16;
+    static constexpr size_t SMEM = ((IDS_OFFSET > MERGE ? IDS_OFFSET : MERGE) + 15) / 16 * 16;
+    static constexpr size_t SMEM_PAGED = ((MAIN_PAGED > MERGE ? MAIN_PAGED : MERGE) + 15) / 16 * 16;
 };
 
 template <typename T, int D, int BM, int BN, int ST>
@@ -62,16 +67,18 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
     using S = tc_shape<D, BM, BN, ST>;
     constexpr int NT = S::NT, WN = S::WN, SBW = S::SBW, SB = S::SB, SD = S::SD, SDF = S::SDF;
     constexpr int NN = SB / 8, ND = D / 8, KD = D / 16, KN = SB / 16;
-    constexpr int CPR = D / 8, RS = NT / CPR, RPT = BN / RS; /* 16-byte chunks a row; rows a pass; a thread's rows */
+    constexpr int CPR = D / 8, RS = NT / CPR; /* Q loads: 16-byte chunks a row; rows a pass */
     constexpr bool QREG = D <= 128;
     static_assert(BM % 16 == 0 && S::W % S::WM == 0 && SBW % SB == 0 && SB % 16 == 0, "tile shape");
-    static_assert(NT % CPR == 0 && BN % RS == 0 && (BM * CPR) % NT == 0, "chunks must divide among the threads");
+    static_assert(NT % CPR == 0 && (BM * CPR) % NT == 0 && BN <= NT, "chunks (and a tile's page ids) must divide among the threads");
+    static_assert(S::W == 4 && BN / 4 <= 32, "a warp loads BN / 4 rows and copies their page ids, one a lane");
 
     extern __shared__ __align__(16) unsigned char smem[];
     const uint32_t sQa = (uint32_t)__cvta_generic_to_shared(smem);
     const uint32_t sKa = sQa + (uint32_t)S::Q_BYTES;
     const uint32_t sVa = sKa + (uint32_t)(ST * S::STAGE_BYTES);
-    unsigned char *key_ok = smem + S::OK_OFFSET;
+    const uint32_t sIa = sQa + (uint32_t)S::IDS_OFFSET;
+    const int32_t *ids = reinterpret_cast<const int32_t *>(smem + S::IDS_OFFSET); /* paged only */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int wn = warp % WN, wrow0 = (warp / WN) * 16;
@@ -105,53 +112,55 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
         }
     }
 
-    /* K/V tile loads: thread tid copies chunk column lcol of rows lrow + RS·r of each tile. */
-    const int lrow = tid / CPR, lcol = tid % CPR;
-    const bool lcol_ok = lcol * 8 < p.d;
-    const T *kg = reinterpret_cast<const T *>(p.k), *vg = reinterpret_cast<const T *>(p.v);
-    int64_t kb = (int64_t)hk * p.k_s[1] + lcol * 8, vb = (int64_t)hk * p.v_s[1] + lcol * 8;
-    if (!p.paged) {
-        kb = key_base(p, p.k_s, b, hk, sq) + lcol * 8;
-        vb = key_base(p, p.v_s, b, hk, sq) + lcol * 8;
-    }
+    /* K/V tiles: tile m holds keys n_begin + m·BN .., in stage m % ST; warp w loads rows w·BN/4 .. of it
+     * (serving_load.cuh) and, paged, first copies the page ids of those rows (the slice of tile m, in
+     * ring slot m % ST, AHEAD tiles before the tile's loads are issued). With WN = 4 (BM = 16: decode)
+     * a warp computes on exactly the rows it loads, so each warp runs its own pipeline: it issues tile
+     * it + ST - 1 into the stage it finished with, then waits for tile it, with no block barrier (ST
+     * tiles in flight while it waits). Otherwise the block waits for tile it, synchronises, and reuses
+     * the stage every warp finished with (ST - 1 tiles in flight). */
+    constexpr bool WARP_PIPE = WN == 4;
+    constexpr int AHEAD = WARP_PIPE ? ST : ST - 1;
+    kv_loader<T, D, BN, SD, NT> ld;
+    ld.init(p, sq, b, hk, tid);
+    const int wrows = warp * (BN / 4); /* the first row of a tile this warp loads */
     const int32_t *bt = p.paged ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
-    int pg[RPT]; /* paged: the pages of this thread's rows of the next tile to load (-1: masked) */
-    auto fetch_pages = [&](int n0) {
-        if (!p.paged) return;
-#pragma unroll
-        for (int r = 0; r < RPT; r++) {
-            const int j = n0 + lrow + r * RS;
-            pg[r] = j < sq.lk ? page_of(p, bt, j) : -1;
-        }
+    auto fetch_ids = [&](int m) {
+        if (m < n_tiles)
+            fetch_page_ids<BN / 4>(p, bt, n_begin + m * BN + wrows, sq.lk,
+                                   sIa + (uint32_t)(((m % ST) * BN + wrows) * 4), lane);
     };
-    auto load_kv = [&](int n0, int slot) {
-        const uint32_t so = (uint32_t)(slot * S::STAGE_BYTES) + (uint32_t)((lrow * SD + lcol * 8) * 2);
-#pragma unroll
-        for (int r = 0; r < RPT; r++) {
-            const int j = n0 + lrow + r * RS;
-            bool ok = j < sq.lk;
-            int64_t ko = (int64_t)j * p.k_s[2], vo = (int64_t)j * p.v_s[2];
-            if (p.paged) {
-                const int jr = page_row(p, j);
-                ok = pg[r] >= 0;
-                ko = (int64_t)pg[r] * p.k_s[0] + (int64_t)jr * p.k_s[2];
-                vo = (int64_t)pg[r] * p.v_s[0] + (int64_t)jr * p.v_s[2];
-                if (lcol == 0) key_ok[slot * BN + lrow + r * RS] = ok;
+    unsigned bad_stages = 0; /* bit s: the tile in stage s has a key on a page outside the pool (warp- or block-uniform) */
+    int bad_pending = 0;     /* !WARP_PIPE: this thread issued such a key since the last barrier */
+    auto issue = [&](int m) { /* tile m, and the page ids of tile m + AHEAD; the caller commits */
+        const int n0 = n_begin + m * BN, stage = m % ST;
+        const uint32_t sk = sKa + (uint32_t)(stage * S::STAGE_BYTES), sv = sVa + (uint32_t)(stage * S::STAGE_BYTES);
+        const int32_t *wids = ids + stage * BN + wrows;
+        const bool bad = n0 + BN <= sq.lk ? ld.template issue<true>(p, n0, wrows, sq.lk, sk, sv, wids)
+                                          : ld.template issue<false>(p, n0, wrows, sq.lk, sk, sv, wids);
+        if (p.paged) {
+            if (WARP_PIPE) {
+                const unsigned bit = 1u << stage;
+                bad_stages = __any_sync(0xffffffffu, bad) ? bad_stages | bit : bad_stages & ~bit;
+            } else {
+                bad_pending |= bad;
             }
-            const bool ld = ok && lcol_ok;
-            const uint32_t sr = so + (uint32_t)(r * RS * SD * 2);
-            fwparts::cp_async16(sKa + sr, ld ? kg + kb + ko : kg, ld ? 16 : 0);
-            fwparts::cp_async16(sVa + sr, ld ? vg + vb + vo : vg, ld ? 16 : 0);
+            __syncwarp(); /* every lane has read the slot's ids before they are replaced */
+            fetch_ids(m + AHEAD);
         }
     };
 
-    fetch_pages(n_begin);
-#pragma unroll
+    /* Paged: the slices of tiles 0 .. AHEAD - 1, before any K/V load that needs them; Q lands with them. */
+    if (p.paged) {
+#pragma unroll 1
+        for (int m = 0; m < AHEAD; m++) fetch_ids(m);
+        fwparts::cp_async_commit();
+        fwparts::cp_async_wait<0>();
+        __syncwarp();
+    }
+#pragma unroll 1
     for (int s = 0; s < ST - 1; s++) {
-        if (s < n_tiles) {
-            load_kv(n_begin + s * BN, s);
-            fetch_pages(n_begin + (s + 1) * BN);
-        }
+        if (s < n_tiles) issue(s);
         fwparts::cp_async_commit();
     }
 
@@ -174,14 +183,23 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
     uint32_t qf[QREG ? KD : 1][4];
 
     for (int it = 0; it < n_tiles; it++) {
-        fwparts::cp_async_wait<ST - 2>();
-        __syncthreads();
-        {
-            const int nx = it + ST - 1;
-            if (nx < n_tiles) {
-                load_kv(n_begin + nx * BN, nx % ST);
-                fetch_pages(n_begin + (nx + 1) * BN);
+        if (WARP_PIPE) {
+            if (it + ST - 1 < n_tiles) issue(it + ST - 1); /* into the stage of tile it - 1, done with */
+            fwparts::cp_async_commit();
+            fwparts::cp_async_wait<ST - 1>();
+            __syncwarp();
+            if (it == 0) __syncthreads(); /* Q: every warp's loads */
+        } else {
+            fwparts::cp_async_wait<ST - 2>();
+            if (p.paged) {
+                /* the tiles issued since the last barrier: the prologue's (it = 0) or tile it + ST - 2 */
+                const unsigned bits = it == 0 ? (1u << (ST - 1)) - 1u : 1u << ((it + ST - 2) % ST);
+                bad_stages = __syncthreads_or(bad_pending) ? bad_stages | bits : bad_stages & ~bits;
+                bad_pending = 0;
+            } else {
+                __syncthreads();
             }
+            if (it + ST - 1 < n_tiles) issue(it + ST - 1);
             fwparts::cp_async_commit();
         }
         if (QREG && it == 0) {
@@ -191,7 +209,8 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
                               qf[QREG ? kk : 0][2], qf[QREG ? kk : 0][3]);
         }
         const int slot = it % ST, n0 = n_begin + it * BN;
-        const bool need_mask = p.paged || n0 + BN > sq.lk ||
+        const bool bad_tile = (bad_stages >> slot) & 1u;
+        const bool need_mask = bad_tile || n0 + BN > sq.lk ||
                                (p.has_window && !(i_last + sq.off - p.wl <= n0 && i_first + sq.off + p.wr >= n0 + BN - 1));
 #pragma unroll 1
         for (int sb = 0; sb < SBW / SB; sb++) {
@@ -223,11 +242,15 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
                         for (int e = 0; e < 2; e++) {
                             const int kc = kt + j * 8 + t4 * 2 + e, col = n0 + kc;
                             bool vis = col >= jlo[r] && col < jhi[r];
-                            if (p.paged) vis = vis && key_ok[slot * BN + kc];
+                            if (bad_tile && vis) /* rare: the table again, from global memory */
+                                vis = page_ok(p, __ldg(bt + page_div(p, (uint32_t)col)));
                             if (!vis) s[0][j][r * 2 + e] = -INFINITY;
                         }
             }
-            /* Online softmax (base 2), as fwd/kernel_mma.cuh. */
+            /* Online softmax (base 2), as fwd/kernel_mma.cuh, but O is rescaled only when a row's maximum
+             * moved (alpha is then exactly 1 elsewhere): past the first tiles of a long key range the
+             * maxima rarely move, and the rescale is ND·4 multiplies a thread. */
+            float alpha[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 float mx = row_m[r];
@@ -236,7 +259,7 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float msc = mx == -INFINITY ? 0.f : mx * p.scale_log2;
-                const float alpha = fwparts::fast_exp2(row_m[r] * p.scale_log2 - msc);
+                alpha[r] = mx == row_m[r] ? 1.f : fwparts::fast_exp2(row_m[r] * p.scale_log2 - msc);
                 row_m[r] = mx;
                 float sum = 0.f;
 #pragma unroll
@@ -247,12 +270,16 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
                         s[0][j][r * 2 + e] = v;
                         sum += v;
                     }
-                row_l[r] = row_l[r] * alpha + sum;
+                row_l[r] = row_l[r] * alpha[r] + sum;
+            }
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-                for (int j = 0; j < ND; j++) {
-                    acc[0][j][r * 2] *= alpha;
-                    acc[0][j][r * 2 + 1] *= alpha;
-                }
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int j = 0; j < ND; j++) {
+                        acc[0][j][r * 2] *= alpha[r];
+                        acc[0][j][r * 2 + 1] *= alpha[r];
+                    }
             }
             /* O += P V */
 #pragma unroll
@@ -417,7 +444,7 @@ static cudaError_t tc_launch(const fw_srv_params *p, size_t smem, cudaStream_t s
 } /* namespace fwsrv */
 
 #define FW_SRV_TC_VARIANT(D, BM, BN, ST)                                                                   \
-    {D, BM, BN, ST, fwsrv::tc_shape<D, BM, BN, ST>::SMEM,                                                  \
+    {D, BM, BN, ST, fwsrv::tc_shape<D, BM, BN, ST>::SMEM, fwsrv::tc_shape<D, BM, BN, ST>::SMEM_PAGED,           \
      {fwsrv::tc_launch<__half, D, BM, BN, ST>, fwsrv::tc_launch<__nv_bfloat16, D, BM, BN, ST>},            \
      {fwsrv::tc_occupancy<__half, D, BM, BN, ST>, fwsrv::tc_occupancy<__nv_bfloat16, D, BM, BN, ST>}}
 
