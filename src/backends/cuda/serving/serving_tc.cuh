@@ -184,6 +184,7 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
 
     for (int it = 0; it < n_tiles; it++) {
         if (WARP_PIPE) {
+            __syncwarp(); /* every lane's reads of tile it - 1's stage are done before the copies into it */
             if (it + ST - 1 < n_tiles) issue(it + ST - 1); /* into the stage of tile it - 1, done with */
             fwparts::cp_async_commit();
             fwparts::cp_async_wait<ST - 1>();
