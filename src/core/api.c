@@ -149,6 +149,8 @@ fw_status fw_backend_supports(const char *name, const fw_tensor *q, const fw_ten
 
 fw_status fw_api_run_forward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_FORWARD); }
 
+fw_status fw_api_run_backward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_BACKWARD); }
+
 fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
 {
     if (!ctx) return FW_ERR_NULL_ARGUMENT;
