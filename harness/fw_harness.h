@@ -185,6 +185,7 @@ typedef struct fw_bwd {
  * at Lk = 1, where f32 cancellation leaves noise of order 1e-7 · |dP|). */
 typedef struct fw_grad_errors {
     double max_abs, ref_max, lowp, tol;
+    double rel_l2; /* ||g - g_ref||_2 / ||g_ref||_2 over the written, non-NaN elements */
     long unwritten, stray, nans;
 } fw_grad_errors;
 

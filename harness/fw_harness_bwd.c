@@ -312,6 +312,7 @@ static void compare_grad(fw_grad_errors *e, const void *host, fw_dtype dt, const
                          const float *ref, const float *lowp)
 {
     const int64_t B = t->size[0], H = t->size[1], S = t->size[2], D = t->size[3];
+    double num = 0, den = 0;
     memset(e, 0, sizeof *e);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
@@ -327,8 +328,11 @@ static void compare_grad(fw_grad_errors *e, const void *host, fw_dtype dt, const
                     const double x = fw_load_f32(host, dt, base + d);
                     if (isnan(x)) { e->nans++; continue; }
                     if (fabs(x - y) > e->max_abs) e->max_abs = fabs(x - y);
+                    num += (x - y) * (x - y);
+                    den += y * y;
                 }
             }
+    e->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 fw_status fw_bwd_compare(fw_run *r, fw_bwd *b, fw_bwd_errors *e)
