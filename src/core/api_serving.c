@@ -2,6 +2,7 @@
  * (the int32 arrays' values too where the host may read them), then dispatches like the dense call. */
 #include <stdio.h>
 #include <stdlib.h>
+#include "core/alloc.h"
 #include "flashwatt.h"
 #include "context.h"
 #include "validate.h"
@@ -15,7 +16,7 @@ static fw_status copy_values(const fw_context *ctx, const fw_problem *p, int32_t
     static const char *names[4] = {"cu_seqlens_q", "cu_seqlens_k", "cache.seqlens", "cache.block_table"};
     for (int i = 0; i < 4; i++) {
         if (!n[i]) continue;
-        host[i] = (int32_t *)malloc((size_t)n[i] * sizeof(int32_t));
+        host[i] = (int32_t *)fw_malloc((size_t)n[i] * sizeof(int32_t));
         if (!host[i]) {
             snprintf(msg, len, "no host memory to check %s (%lld values)", names[i], (long long)n[i]);
             return FW_ERR_OUT_OF_MEMORY;
@@ -41,7 +42,7 @@ static fw_status check_values(const fw_context *ctx, const fw_problem *p, char *
     int32_t *host[4] = {NULL, NULL, NULL, NULL};
     fw_status st = copy_values(ctx, p, host, msg, len);
     if (st == FW_OK) st = fw_validate_serving_values(p, host[0], host[1], host[2], host[3], msg, len);
-    for (int i = 0; i < 4; i++) free(host[i]);
+    for (int i = 0; i < 4; i++) fw_free(host[i]);
     return st;
 }
 

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "context.h"
 #include "flashwatt_internal.h" /* fw_context_sched */
 
@@ -17,7 +18,7 @@ void fw_context_set_error(fw_context *ctx, const char *msg)
 fw_status fw_context_create(fw_context **ctx)
 {
     if (!ctx) return FW_ERR_NULL_ARGUMENT;
-    fw_context *c = (fw_context *)calloc(1, sizeof *c);
+    fw_context *c = (fw_context *)fw_calloc(1, sizeof *c);
     if (!c) return FW_ERR_OUT_OF_MEMORY;
     snprintf(c->backend, sizeof c->backend, "auto");
     c->policy = fw_policy_default();
@@ -25,7 +26,7 @@ fw_status fw_context_create(fw_context **ctx)
     fw_knobs_read(&c->knobs);
     c->sched = fw_sched_create(&c->knobs);
     if (!c->sched) {
-        free(c);
+        fw_free(c);
         return FW_ERR_OUT_OF_MEMORY;
     }
     *ctx = c;
@@ -36,7 +37,7 @@ void fw_context_destroy(fw_context *ctx)
 {
     if (!ctx) return;
     fw_sched_destroy(ctx->sched);
-    free(ctx);
+    fw_free(ctx);
 }
 
 fw_status fw_context_set_backend(fw_context *ctx, const char *backend)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "sched.h"
 #include "controller.h"
 #ifdef FW_HAVE_CUDA
@@ -191,7 +192,7 @@ int fw_sched_select(const fw_tuning_table *t, const fw_tune_key *k, fw_dtype dty
 /* ---- state ----------------------------------------------------------------------------------- */
 fw_sched *fw_sched_create(const fw_knobs *knobs)
 {
-    fw_sched *s = (fw_sched *)calloc(1, sizeof *s);
+    fw_sched *s = (fw_sched *)fw_calloc(1, sizeof *s);
     if (!s) return NULL;
     if (!knobs) knobs = &fw_knobs_defaults;
     snprintf(s->tuning_path, sizeof s->tuning_path, "%s", knobs->tuning_path);
@@ -217,7 +218,7 @@ void fw_sched_destroy(fw_sched *s)
 #endif
     if (s->tel) fw_telemetry_close(s->tel);
     fw_tune_free(&s->table);
-    free(s);
+    fw_free(s);
 }
 
 void fw_sched_policy_changed(fw_sched *s)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "tuning_table.h"
 
 #define TT_HEADER "# flashwatt tuning table v2"
@@ -77,7 +78,7 @@ void fw_tune_init(fw_tuning_table *t) { memset(t, 0, sizeof *t); }
 void fw_tune_free(fw_tuning_table *t)
 {
     if (!t) return;
-    free(t->e);
+    fw_free(t->e);
     memset(t, 0, sizeof *t);
 }
 
@@ -104,7 +105,7 @@ fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *in)
     }
     if (t->n == t->cap) {
         int cap = t->cap ? 2 * t->cap : 32;
-        fw_tune_entry *ne = (fw_tune_entry *)realloc(t->e, (size_t)cap * sizeof *ne);
+        fw_tune_entry *ne = (fw_tune_entry *)fw_realloc(t->e, (size_t)cap * sizeof *ne);
         if (!ne) return FW_ERR_OUT_OF_MEMORY;
         t->e = ne;
         t->cap = cap;

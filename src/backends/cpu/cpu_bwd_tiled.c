@@ -18,24 +18,24 @@ typedef struct {
 
 static void free_scratch(bwd_scratch *s)
 {
-    free(s->K); free(s->V); free(s->dK); free(s->dV); free(s->Q); free(s->dO);
-    free(s->S); free(s->dP); free(s->dQ); free(s->delta); free(s->row);
+    fw_free(s->K); fw_free(s->V); fw_free(s->dK); fw_free(s->dV); fw_free(s->Q); fw_free(s->dO);
+    fw_free(s->S); fw_free(s->dP); fw_free(s->dQ); fw_free(s->delta); fw_free(s->row);
 }
 
 static int alloc_scratch(bwd_scratch *s, int64_t Lq, int64_t Lk, int64_t D)
 {
     const size_t t = (size_t)BWD_TILE * (size_t)D * sizeof(float);
     memset(s, 0, sizeof *s);
-    s->K = malloc(t); s->V = malloc(t);
-    s->dK = malloc((size_t)Lk * (size_t)D * sizeof(float));
-    s->dV = malloc((size_t)Lk * (size_t)D * sizeof(float));
-    s->Q = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->dO = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->dQ = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->S = malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
-    s->dP = malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
-    s->delta = malloc((size_t)Lq * sizeof(float));
-    s->row = malloc((size_t)D * sizeof(float));
+    s->K = fw_malloc(t); s->V = fw_malloc(t);
+    s->dK = fw_malloc((size_t)Lk * (size_t)D * sizeof(float));
+    s->dV = fw_malloc((size_t)Lk * (size_t)D * sizeof(float));
+    s->Q = fw_malloc((size_t)Lq * (size_t)D * sizeof(float));
+    s->dO = fw_malloc((size_t)Lq * (size_t)D * sizeof(float));
+    s->dQ = fw_malloc((size_t)Lq * (size_t)D * sizeof(float));
+    s->S = fw_malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
+    s->dP = fw_malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
+    s->delta = fw_malloc((size_t)Lq * sizeof(float));
+    s->row = fw_malloc((size_t)D * sizeof(float));
     return s->K && s->V && s->dK && s->dV && s->Q && s->dO && s->dQ && s->S && s->dP && s->delta && s->row;
 }
 

@@ -3,6 +3,7 @@
 #define FW_CPU_COMMON_H
 
 #include <stdint.h>
+#include "core/alloc.h"
 #include "core/dtype.h"
 #include "core/problem.h"
 #include "backends/backend.h"

@@ -85,7 +85,7 @@ typedef struct flash_scratch {
 static void *falloc(size_t n)
 {
     size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes ? bytes : 64);
+    return fw_aligned_alloc(64, bytes ? bytes : 64);
 }
 
 static int scratch_alloc(flash_scratch *s, const flash_plan *pl)
@@ -101,12 +101,12 @@ static int scratch_alloc(flash_scratch *s, const flash_plan *pl)
     s->k = falloc(BN * dp);
     s->v = falloc(BN * dp);
     s->row = falloc(dp);
-    s->lo = (int64_t *)malloc(rows * sizeof(int64_t));
-    s->hi = (int64_t *)malloc(rows * sizeof(int64_t));
-    s->p_lo = (int64_t *)malloc((size_t)pl->max_panels * 4 * sizeof(int64_t));
-    s->rlo = (int32_t *)malloc((size_t)pl->PR * 2 * sizeof(int32_t));
-    s->next_rows = (const char **)malloc(2 * BN * sizeof(char *));
-    s->koff = (int64_t *)malloc(4 * BN * sizeof(int64_t));
+    s->lo = (int64_t *)fw_malloc(rows * sizeof(int64_t));
+    s->hi = (int64_t *)fw_malloc(rows * sizeof(int64_t));
+    s->p_lo = (int64_t *)fw_malloc((size_t)pl->max_panels * 4 * sizeof(int64_t));
+    s->rlo = (int32_t *)fw_malloc((size_t)pl->PR * 2 * sizeof(int32_t));
+    s->next_rows = (const char **)fw_malloc(2 * BN * sizeof(char *));
+    s->koff = (int64_t *)fw_malloc(4 * BN * sizeof(int64_t));
     if (!s->q || !s->o || !s->m || !s->l || !s->alpha || !s->s || !s->k || !s->v || !s->row || !s->lo ||
         !s->hi || !s->p_lo || !s->rlo || !s->next_rows || !s->koff)
         return 0;
@@ -122,9 +122,9 @@ static int scratch_alloc(flash_scratch *s, const flash_plan *pl)
 
 static void scratch_free(flash_scratch *s)
 {
-    free(s->q); free(s->o); free(s->m); free(s->l); free(s->alpha); free(s->s);
-    free(s->k); free(s->v); free(s->row); free(s->lo); free(s->hi); free(s->p_lo); free(s->rlo);
-    free((void *)s->next_rows); free(s->koff);
+    fw_free(s->q); fw_free(s->o); fw_free(s->m); fw_free(s->l); fw_free(s->alpha); fw_free(s->s);
+    fw_free(s->k); fw_free(s->v); fw_free(s->row); fw_free(s->lo); fw_free(s->hi); fw_free(s->p_lo); fw_free(s->rlo);
+    fw_free((void *)s->next_rows); fw_free(s->koff);
 }
 
 /* Keys j0 .. j0 + n - 1 lie at one row stride from the first (a paged cache's tile within a page). */

@@ -26,11 +26,11 @@ static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const 
     fw_status status = FW_OK;
 #pragma omp parallel num_threads(ex->threads)
     {
-        float *S = (float *)malloc((size_t)Lq * (size_t)Lk * sizeof(float));
-        float *Q = (float *)malloc((size_t)Lq * (size_t)D * sizeof(float));
-        float *K = (float *)malloc((size_t)Lk * (size_t)D * sizeof(float));
-        float *V = (float *)malloc((size_t)Lk * (size_t)D * sizeof(float));
-        float *O = (float *)malloc((size_t)D * sizeof(float));
+        float *S = (float *)fw_malloc((size_t)Lq * (size_t)Lk * sizeof(float));
+        float *Q = (float *)fw_malloc((size_t)Lq * (size_t)D * sizeof(float));
+        float *K = (float *)fw_malloc((size_t)Lk * (size_t)D * sizeof(float));
+        float *V = (float *)fw_malloc((size_t)Lk * (size_t)D * sizeof(float));
+        float *O = (float *)fw_malloc((size_t)D * sizeof(float));
         if (!S || !Q || !K || !V || !O) {
 #pragma omp atomic write
             status = FW_ERR_OUT_OF_MEMORY;
@@ -84,7 +84,7 @@ static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const 
                 }
             }
         }
-        free(S); free(Q); free(K); free(V); free(O);
+        fw_free(S); fw_free(Q); fw_free(K); fw_free(V); fw_free(O);
     }
     return status;
 }

@@ -23,10 +23,10 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
     fw_status status = FW_OK;
 #pragma omp parallel num_threads(ex->threads)
     {
-        double *s = (double *)malloc((size_t)(Lk > 0 ? Lk : 1) * sizeof(double));
-        double *acc = (double *)malloc((size_t)D * sizeof(double));
-        double *qr = (double *)malloc((size_t)D * sizeof(double));
-        float *orow = (float *)malloc((size_t)D * sizeof(float));
+        double *s = (double *)fw_malloc((size_t)(Lk > 0 ? Lk : 1) * sizeof(double));
+        double *acc = (double *)fw_malloc((size_t)D * sizeof(double));
+        double *qr = (double *)fw_malloc((size_t)D * sizeof(double));
+        float *orow = (float *)fw_malloc((size_t)D * sizeof(float));
         if (!s || !acc || !qr || !orow) {
 #pragma omp atomic write
             status = FW_ERR_OUT_OF_MEMORY;
@@ -71,7 +71,7 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
                 }
             }
         }
-        free(s); free(acc); free(qr); free(orow);
+        fw_free(s); fw_free(acc); fw_free(qr); fw_free(orow);
     }
     return status;
 }

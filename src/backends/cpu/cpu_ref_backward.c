@@ -21,16 +21,16 @@ fw_status fw_cpu_ref_backward(const fw_problem *p, const fw_config *cfg, const f
     fw_status status = FW_OK;
 #pragma omp parallel num_threads(ex->threads)
     {
-        double *K = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        double *V = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        double *dK = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        double *dV = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        double *P = (double *)malloc((size_t)Lk * sizeof(double));
-        double *dP = (double *)malloc((size_t)Lk * sizeof(double));
-        double *q = (double *)malloc((size_t)D * sizeof(double));
-        double *dout = (double *)malloc((size_t)D * sizeof(double));
-        double *dq = (double *)malloc((size_t)D * sizeof(double));
-        float *row = (float *)malloc((size_t)D * sizeof(float));
+        double *K = (double *)fw_malloc((size_t)(Lk * D) * sizeof(double));
+        double *V = (double *)fw_malloc((size_t)(Lk * D) * sizeof(double));
+        double *dK = (double *)fw_malloc((size_t)(Lk * D) * sizeof(double));
+        double *dV = (double *)fw_malloc((size_t)(Lk * D) * sizeof(double));
+        double *P = (double *)fw_malloc((size_t)Lk * sizeof(double));
+        double *dP = (double *)fw_malloc((size_t)Lk * sizeof(double));
+        double *q = (double *)fw_malloc((size_t)D * sizeof(double));
+        double *dout = (double *)fw_malloc((size_t)D * sizeof(double));
+        double *dq = (double *)fw_malloc((size_t)D * sizeof(double));
+        float *row = (float *)fw_malloc((size_t)D * sizeof(float));
         if (!K || !V || !dK || !dV || !P || !dP || !q || !dout || !dq || !row) {
 #pragma omp atomic write
             status = FW_ERR_OUT_OF_MEMORY;
@@ -87,7 +87,7 @@ fw_status fw_cpu_ref_backward(const fw_problem *p, const fw_config *cfg, const f
                 }
             }
         }
-        free(K); free(V); free(dK); free(dV); free(P); free(dP); free(q); free(dout); free(dq); free(row);
+        fw_free(K); fw_free(V); fw_free(dK); fw_free(dV); fw_free(P); fw_free(dP); fw_free(q); fw_free(dout); fw_free(dq); fw_free(row);
     }
     return status;
 }
