@@ -215,7 +215,7 @@ int fw_tel_nvml_open(const char *lib, fw_tel_source *out, char *why, size_t why_
     nvml_state *s = (nvml_state *)fw_calloc(1, sizeof *s);
     if (!s) {
         snprintf(why, why_len, "out of memory");
-        return -1;
+        return FW_TEL_OPEN_OOM;
     }
     s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!s->lib) {

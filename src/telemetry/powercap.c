@@ -88,7 +88,7 @@ int fw_tel_powercap_open(const char *root, fw_tel_source *out, char *why, size_t
     if (!s) {
         closedir(dir);
         snprintf(why, why_len, "out of memory");
-        return -1;
+        return FW_TEL_OPEN_OOM;
     }
     int seen = 0;
     struct dirent *e;

@@ -97,10 +97,14 @@ fw_status fw_telemetry_open(fw_telemetry **out)
     fw_tel_source gpu, cpu;
     fw_telemetry_knobs knobs; /* read per telemetry object, e.g. to test the absent paths (knobs.h) */
     fw_knobs_read_telemetry(&knobs);
-    int have_gpu = fw_tel_nvml_open(knobs.nvml_lib[0] ? knobs.nvml_lib : NULL, &gpu, why_gpu, sizeof why_gpu) == 0;
-    int have_cpu =
-        fw_tel_powercap_open(knobs.powercap_root[0] ? knobs.powercap_root : NULL, &cpu, why_cpu, sizeof why_cpu) == 0;
-    fw_status st = fw_telemetry_open_with_source(out, have_gpu ? &gpu : NULL, have_cpu ? &cpu : NULL);
+    const int gpu_rc = fw_tel_nvml_open(knobs.nvml_lib[0] ? knobs.nvml_lib : NULL, &gpu, why_gpu, sizeof why_gpu);
+    const int cpu_rc =
+        fw_tel_powercap_open(knobs.powercap_root[0] ? knobs.powercap_root : NULL, &cpu, why_cpu, sizeof why_cpu);
+    const int have_gpu = gpu_rc == 0, have_cpu = cpu_rc == 0;
+    /* a source that is absent is n/a; one that could not get memory is an error of the call */
+    fw_status st = gpu_rc == FW_TEL_OPEN_OOM || cpu_rc == FW_TEL_OPEN_OOM
+                       ? FW_ERR_OUT_OF_MEMORY
+                       : fw_telemetry_open_with_source(out, have_gpu ? &gpu : NULL, have_cpu ? &cpu : NULL);
     if (st != FW_OK) {
         if (have_gpu && gpu.close) gpu.close(gpu.state);
         if (have_cpu && cpu.close) cpu.close(cpu.state);

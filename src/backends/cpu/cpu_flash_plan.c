@@ -144,12 +144,12 @@ fw_status fw_flash_plan_make(flash_plan *pl, const fw_config *cfg, int threads, 
         }
     }
     pl->units = (flash_unit *)fw_malloc((size_t)(pl->n_units > 0 ? pl->n_units : 1) * sizeof(flash_unit));
-    pl->split_items = (int32_t *)fw_malloc((size_t)(pl->n_split_items > 0 ? pl->n_split_items : 1) * sizeof(int32_t));
+    pl->split_items = (int64_t *)fw_malloc((size_t)(pl->n_split_items > 0 ? pl->n_split_items : 1) * sizeof(int64_t));
     if (!pl->units || !pl->split_items) goto oom;
     int64_t u = 0, s = 0;
     for (int64_t i = 0; i < pl->n_items; i++) {
-        for (int64_t part = 0; part < pl->items[i].nsplit; part++) pl->units[u++] = (flash_unit){(int32_t)i, (int32_t)part};
-        if (pl->items[i].nsplit > 1) pl->split_items[s++] = (int32_t)i;
+        for (int64_t part = 0; part < pl->items[i].nsplit; part++) pl->units[u++] = (flash_unit){i, part};
+        if (pl->items[i].nsplit > 1) pl->split_items[s++] = i;
     }
     if (ws_rows > 0) {
         pl->ws_o = (float *)fw_malloc((size_t)(ws_rows * pl->D) * sizeof(float));
