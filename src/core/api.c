@@ -162,8 +162,8 @@ fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query 
     const int64_t sizes[6] = {w->max_batch, w->heads, w->kv_heads, w->head_dim, w->max_seqlen_q, w->max_seqlen_k};
     static const char *names[6] = {"max_batch", "heads", "kv_heads", "head_dim", "max_seqlen_q", "max_seqlen_k"};
     for (int i = 0; i < 6; i++)
-        if (sizes[i] < 1 || sizes[i] > ((int64_t)1 << 31)) {
-            snprintf(msg, sizeof msg, "query.%s is %lld; it must be in 1..2^31", names[i], (long long)sizes[i]);
+        if (sizes[i] < 1 || sizes[i] > ((int64_t)1 << 31) - 1) {
+            snprintf(msg, sizeof msg, "query.%s is %lld; it must be in 1..2^31 - 1", names[i], (long long)sizes[i]);
             set_error(ctx, msg);
             return FW_ERR_INVALID_SHAPE;
         }

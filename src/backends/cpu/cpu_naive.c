@@ -27,7 +27,7 @@ static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const 
     size_t slice = fw_cpu_bytes(Lq * Lk, sizeof(float)); /* supports() bounds Lq·Lk */
     slice = fw_cpu_bytes_add(slice, fw_cpu_bytes(Lq * D, sizeof(float)));
     slice = fw_cpu_bytes_add(slice, 2 * fw_cpu_bytes(Lk * D, sizeof(float)));
-    slice = fw_cpu_bytes_add(slice, fw_cpu_bytes(D, sizeof(float)));
+    slice = fw_cpu_bytes_add(slice, fw_cpu_bytes(D, sizeof(float)) + fw_cpu_bytes(D, sizeof(double)));
     fw_cpu_scratch scratch;
     fw_status st = fw_cpu_scratch_alloc(&scratch, threads, slice, ex, "cpu-naive");
     if (st != FW_OK) return st;
@@ -39,6 +39,7 @@ static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const 
         float *K = (float *)fw_cpu_carve(&cur, Lk * D, sizeof(float));
         float *V = (float *)fw_cpu_carve(&cur, Lk * D, sizeof(float));
         float *O = (float *)fw_cpu_carve(&cur, D, sizeof(float));
+        double *acc = (double *)fw_cpu_carve(&cur, D, sizeof(double));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / p->heads, h = bh % p->heads, hk = h / p->group;
@@ -68,22 +69,23 @@ static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const 
                     if (srow[j] != srow[j]) has_nan = 1;
                     else if (srow[j] > m) m = srow[j];
                 }
-                float l = 0;
+                double l = 0; /* in double: a float sum of 2^24 ones stops growing */
                 const float mm = m == -INFINITY ? 0.0f : m;
                 for (int64_t j = 0; j < Lk; j++) { srow[j] = expf(srow[j] - mm); l += srow[j]; }
-                const float inv = l > 0 ? 1.0f / l : 0.0f;
+                const float inv = l > 0 ? (float)(1.0 / l) : 0.0f;
                 for (int64_t j = 0; j < Lk; j++) srow[j] = has_nan ? NAN : srow[j] * inv;
-                if (p->lse) p->lse[bh * Lq + i] = has_nan ? NAN : (l > 0 ? mm + logf(l) : -INFINITY);
+                if (p->lse) p->lse[bh * Lq + i] = has_nan ? NAN : (l > 0 ? (float)(mm + log(l)) : -INFINITY);
             }
-            /* pass 3: O = P · V */
+            /* pass 3: O = P · V, accumulated in double like the row sum (long rows of small weights) */
             for (int64_t i = 0; i < Lq; i++) {
                 const float *prow = S + i * Lk;
-                for (int64_t d = 0; d < D; d++) O[d] = 0;
+                for (int64_t d = 0; d < D; d++) acc[d] = 0;
                 for (int64_t j = 0; j < Lk; j++) {
                     const float w = prow[j];
                     if (w == 0.0f) continue; /* masked: skip, so 0·inf in V cannot make NaN */
-                    for (int64_t d = 0; d < D; d++) O[d] += w * V[j * D + d];
+                    for (int64_t d = 0; d < D; d++) acc[d] += (double)w * V[j * D + d];
                 }
+                for (int64_t d = 0; d < D; d++) O[d] = (float)acc[d];
                 fw_cpu_store_row(p->o, p->dtype, fw_off(p->o_stride, b, h, i), O, D);
             }
         }
