@@ -47,7 +47,8 @@ typedef enum fw_status {
     FW_ERR_DEVICE = 10,          /* a CUDA call failed; the message carries CUDA's own text */
     FW_ERR_OUT_OF_MEMORY = 11,   /* host or device allocation failed */
     FW_ERR_NOT_IMPLEMENTED = 12, /* declared but not available in this build/backend */
-    FW_ERR_INTERNAL = 13
+    FW_ERR_INTERNAL = 13,
+    FW_ERR_CONTEXT_BUSY = 14     /* another thread's call is running on this context (one call at a time) */
 } fw_status;
 
 typedef enum fw_dtype { FW_F32 = 0, FW_F16 = 1, FW_BF16 = 2 } fw_dtype;
@@ -116,7 +117,14 @@ typedef struct fw_policy {
 
 FW_API fw_policy fw_policy_default(void); /* fastest, no limits, exact */
 
-/* ---- context ---------------------------------------------------------------------------- */
+/* ---- context ----------------------------------------------------------------------------
+ * Threads: a context serves one call at a time. A call or setter on a context while another thread's
+ * call or setter runs on it returns FW_ERR_CONTEXT_BUSY at once and changes nothing (it records no
+ * message either). Threads that call at the same time use a context each; contexts share nothing that
+ * needs a lock. fw_context_last_error and fw_context_last_backend describe the context's last call:
+ * read them from the thread that made it, before its next call. Destroy a context only when no call on
+ * it runs. The backend queries, fw_cpu_simd_level and fw_cuda_device_count may be called from any
+ * thread. */
 typedef struct fw_context fw_context;
 
 FW_API fw_status fw_context_create(fw_context **ctx);

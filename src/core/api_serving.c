@@ -58,23 +58,26 @@ static fw_status run_serving(fw_context *ctx, fw_problem *p, fw_status st, char 
     return fw_api_run_forward(ctx, p);
 }
 
-fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
-                                      fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
+static fw_status fw_attention_varlen_forward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
+                                                  fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_varlen(q, k, v, o, lse, seqs, params, &p, msg, sizeof msg);
     return run_serving(ctx, &p, st, msg, sizeof msg);
 }
+FW_CONTEXT_HELD(fw_attention_varlen_forward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, fw_tensor *o,
+                                              float *lse, const fw_varlen *seqs, const fw_attn_params *params), (ctx, q, k, v, o, lse, seqs, params))
 
-fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
-                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
-                                       const fw_varlen *q_seqs, const fw_attn_params *params)
+static fw_status fw_attention_kvcache_forward_held(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
+                                                   const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
+                                                   const fw_varlen *q_seqs, const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_kvcache(q, cache, k_new, v_new, o, lse, q_seqs, params, &p, msg, sizeof msg);
     return run_serving(ctx, &p, st, msg, sizeof msg);
 }
+FW_CONTEXT_HELD(fw_attention_kvcache_forward, (fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache, const fw_tensor *k_new,
+                                               const fw_tensor *v_new, fw_tensor *o, float *lse, const fw_varlen *q_seqs,
+                                               const fw_attn_params *params), (ctx, q, cache, k_new, v_new, o, lse, q_seqs, params))
