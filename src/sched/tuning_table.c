@@ -164,9 +164,9 @@ static uint64_t slot_hash(const fw_tune_entry *e)
         for (const char *c = strs[i]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
         h = (h ^ 0xffu) * 1099511628211ull;
     }
-    const int64_t nums[8] = {e->key.dtype, e->key.head_dim, e->key.causal, e->key.bh, e->key.lq, e->key.lk,
-                             e->key.group > 1 ? e->key.group : 1, e->precision};
-    for (int i = 0; i < 8; i++)
+    const int64_t nums[9] = {e->key.dtype, e->key.head_dim, e->key.causal, e->key.bh, e->key.lq, e->key.lk,
+                             e->key.group > 1 ? e->key.group : 1, e->precision, e->key.call};
+    for (int i = 0; i < 9; i++)
         for (int b = 0; b < 8; b++) h = (h ^ (uint64_t)((nums[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
     return h;
 }
