@@ -159,6 +159,24 @@ FW_API const char *fw_dtype_name(fw_dtype dtype);
 FW_API const char *fw_version(void);
 
 /* ---- attention ------------------------------------------------------------------------- */
+/* Non-finite values, the forward of every backend and dtype (tests/test_nonfinite.c, also with
+ * --device cuda). A query row reads its q, and k and v at the keys it sees; its logits
+ * x_j = scale · q·k_j are float32 values.
+ *  - A NaN or +Inf logit (NaN in q or a seen k, Inf in them, or overflow, below) makes every element
+ *    of the row's O NaN, and its LSE NaN.
+ *  - A logit of -Inf weighs 0, as a masked key does. A row whose logits are all -Inf gives O = 0 and
+ *    LSE = -inf, as a row that sees no key (where v holds NaN/Inf at its keys, O may be NaN there).
+ *  - NaN in v at a seen key makes that column of O NaN, whatever the key's weight (one that
+ *    underflows to 0 too); ±Inf there makes it ±Inf or NaN. LSE depends on q and k only.
+ *  - Overflow: q·k and scale·q·k beyond float32's range (|x| > FLT_MAX ≈ 3.4e38) are ±Inf and take
+ *    the rules above. Keep them below 2^126 (≈ 8.5e37) for a finite answer: between the two a
+ *    backend may overflow early (some fold log2(e) into the scale).
+ *  - Keys a row does not see: the CPU backends never read them, so nothing there reaches the row.
+ *    The CUDA kernels multiply whole key tiles, so NaN/Inf in v at a key hidden by a causal or window
+ *    mask but in a tile the row reads may make the row NaN (0·NaN, as in FlashAttention): unspecified
+ *    on the GPU. Keys past a sequence's end (ragged batches, caches) do not reach it.
+ * Otherwise finite inputs give finite O and LSE. The backward propagates non-finite values without a
+ * pattern this contract fixes. */
 /* q: (B, H, Lq, D); k, v: (B, H_kv, Lk, D); o: (B, H, Lq, D), all one dtype and device.
  * lse (optional, may be NULL): float32, contiguous (B, H, Lq), on the same device, natural log. */
 FW_API fw_status fw_attention_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,

@@ -72,17 +72,22 @@ static fw_status naive_forward(const fw_problem *p, const fw_config *cfg, const 
                 double l = 0; /* in double: a float sum of 2^24 ones stops growing */
                 const float mm = m == -INFINITY ? 0.0f : m;
                 for (int64_t j = 0; j < Lk; j++) { srow[j] = expf(srow[j] - mm); l += srow[j]; }
+                /* a +inf logit makes m = +inf and its weight inf - inf = NaN: the row is NaN (flashwatt.h) */
+                const int nan_row = has_nan || l != l;
                 const float inv = l > 0 ? (float)(1.0 / l) : 0.0f;
-                for (int64_t j = 0; j < Lk; j++) srow[j] = has_nan ? NAN : srow[j] * inv;
-                if (p->lse) p->lse[bh * Lq + i] = has_nan ? NAN : (l > 0 ? (float)(mm + log(l)) : -INFINITY);
+                for (int64_t j = 0; j < Lk; j++) srow[j] = nan_row ? NAN : srow[j] * inv;
+                if (p->lse) p->lse[bh * Lq + i] = nan_row ? NAN : (l > 0 ? (float)(mm + log(l)) : -INFINITY);
             }
             /* pass 3: O = P · V, accumulated in double like the row sum (long rows of small weights) */
             for (int64_t i = 0; i < Lq; i++) {
                 const float *prow = S + i * Lk;
+                int64_t lo, hi;
+                fw_key_range(p, i, &lo, &hi);
                 for (int64_t d = 0; d < D; d++) acc[d] = 0;
-                for (int64_t j = 0; j < Lk; j++) {
+                /* the visible keys only, so a masked key's inf/NaN in V cannot make 0·inf; a visible key's
+                 * weight that underflowed to 0 still multiplies its NaN in (flashwatt.h) */
+                for (int64_t j = lo; j < hi; j++) {
                     const float w = prow[j];
-                    if (w == 0.0f) continue; /* masked: skip, so 0·inf in V cannot make NaN */
                     for (int64_t d = 0; d < D; d++) acc[d] += (double)w * V[j * D + d];
                 }
                 for (int64_t d = 0; d < D; d++) O[d] = (float)acc[d];

@@ -1,5 +1,6 @@
 /* cpu-ref: attention accumulated in float64 — the oracle every other backend is tested against.
  * Straightforward on purpose: two passes over the visible keys of each query row. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include "cpu_common.h"
@@ -11,6 +12,10 @@ static int ref_supports(const fw_problem *p, char *why, size_t why_len)
         return fw_why(why, why_len, "runs float32/float64 arithmetic only; no reduced precision mode");
     return 1;
 }
+
+/* q·k and the logit scale·q·k as the float32 backends hold them: beyond float32's range they are
+ * ±inf (the overflow rule of flashwatt.h), though this backend sums in double. */
+static double float_range(double x) { return fabs(x) > FLT_MAX ? copysign(INFINITY, x) : x; }
 
 /* One loop over (sequence, head, row) through the per-sequence accessors: dense, ragged and cached
  * problems alike (a dense problem is B sequences of Lq queries and Lk keys). */
@@ -50,7 +55,7 @@ static fw_status ref_forward(const fw_problem *p, const fw_config *cfg, const fw
                     const int64_t ko = fw_key_offset(p, p->k_stride, b, hk, j);
                     double dot = 0;
                     for (int64_t d = 0; d < D; d++) dot += qr[d] * (double)fw_load_f32(p->k, p->dtype, ko + d);
-                    s[j] = dot * (double)p->scale;
+                    s[j] = float_range(float_range(dot) * (double)p->scale);
                     m = fmax(m, s[j]);
                 }
                 for (int64_t d = 0; d < D; d++) acc[d] = 0;
