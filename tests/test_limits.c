@@ -6,7 +6,8 @@
  *  - data pointers must be aligned to their element (an f32 tensor at a 2-byte offset is refused, and
  *    so are an LSE and int32 arrays off 4 bytes);
  *  - the harness shared by the command and the tests checks a case's sizes before it sizes buffers
- *    (a batch x heads product that wraps was a crash);
+ *    (a batch x heads product that wraps was a crash); fw_tensor_bhsd/bshd's strides saturate where the
+ *    product of the sizes leaves int64 (it overflowed: tests/fuzz found it);
  *  - cpu-naive's LSE over 2^25 keys (its row sum is accumulated in double: a float sum stops at 2^24). */
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +15,11 @@
 #include "fw_harness.h"
 
 static const fw_device CPU = {FW_DEVICE_CPU, 0};
+
+/* The harness case whose buffers cannot be had asks malloc for 2^53 bytes and must see NULL (out of
+ * memory): under AddressSanitizer that takes allocator_may_return_null (read when ASan is linked). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
 static float rnd(uint64_t *s) { return fw_rng_normal(s); }
 
@@ -154,6 +160,24 @@ static void size_limits(void)
              fw_status_string(st), msg);
 }
 
+/* fw_tensor_bhsd/bshd with sizes whose product leaves int64: the strides saturate (no signed overflow,
+ * which UBSan reports in the ASan build) and the call refuses the tensor */
+static void huge_descriptors(void)
+{
+    static float in[64];
+    fw_context *ctx = NULL;
+    if (fw_context_create(&ctx) != FW_OK) { fwt_case(0, "context"); return; }
+    const int64_t big = ((int64_t)1 << 31) - 1;
+    for (int layout = 0; layout < 2; layout++) {
+        fw_tensor t = (layout ? fw_tensor_bshd : fw_tensor_bhsd)(in, FW_F32, CPU, big, big, big, INT64_MAX);
+        const fw_status st = fw_attention_forward(ctx, &t, &t, &t, &t, NULL, NULL);
+        fwt_case(st != FW_OK && t.stride[0] == INT64_MAX && t.stride[3] == 1, "%s of sizes 2^31 - 1 and INT64_MAX: strides %lld..%lld, %s: %s",
+                 layout ? "fw_tensor_bshd" : "fw_tensor_bhsd", (long long)t.stride[0], (long long)t.stride[3], fw_status_string(st),
+                 fw_context_last_error(ctx));
+    }
+    fw_context_destroy(ctx);
+}
+
 /* ---- alignment -------------------------------------------------------------------------------- */
 static void alignment(void)
 {
@@ -253,6 +277,7 @@ int main(void)
     const double t0 = fw_now_seconds();
     huge_windows();
     size_limits();
+    huge_descriptors();
     alignment();
     harness_sizes();
     naive_long_lse();
