@@ -211,11 +211,20 @@ int fw_cmd_tune(int argc, char **argv)
             failed++;
             continue;
         }
-        fw_tune_key key = fw_sched_key(&r.problem);
+        char label[256];
+        fw_problem call; /* what a backend receives (device pointers on a GPU) */
+        if (fw_run_problem(&r, &call, msg, sizeof msg) != FW_OK) {
+            fprintf(stderr, "flashwatt tune: cannot set up %s: %s\n", fw_shape_text(s, label, sizeof label), msg);
+            fw_run_free(&r);
+            failed++;
+            continue;
+        }
+        fw_tune_key key = fw_sched_key(&call);
         /* the items: (backend, precision, config); defaults first */
         typedef struct item { const fw_backend *b; fw_precision prec; fw_config cfg; } item;
         item *items = (item *)calloc(MAX_ITEMS, sizeof *items);
         int nitems = 0;
+        char refused[320] = "no backend of the plan is usable on this device";
         for (int pass = 0; pass < 2 && items; pass++)
             for (int bi = 0; bi < plan.n; bi++) {
                 const fw_backend *b = fw_registry_find(plan.name[bi]);
@@ -223,10 +232,13 @@ int fw_cmd_tune(int argc, char **argv)
                 if (!b || b->device != dev.kind || !b->available(bw, sizeof bw)) continue;
                 for (int pr = 0; pr < 4; pr++) {
                     if (!want_prec[pr] || (pr != FW_PRECISION_EXACT && s->dtype != FW_F32)) continue;
-                    fw_problem pp = r.problem;
+                    fw_problem pp = call;
                     pp.precision = (fw_precision)pr;
                     pp.knobs = &knobs;
-                    if (!b->supports(&pp, bw, sizeof bw)) continue;
+                    if (!b->supports(&pp, bw, sizeof bw)) {
+                        if (pr == FW_PRECISION_EXACT) snprintf(refused, sizeof refused, "%s: %.280s", b->name, bw);
+                        continue;
+                    }
                     fw_config all[FW_MAX_CONFIGS];
                     int n = b->configs ? b->configs(&pp, all, FW_MAX_CONFIGS) : 0;
                     if (n < 1) {
@@ -242,6 +254,10 @@ int fw_cmd_tune(int argc, char **argv)
                     }
                 }
             }
+        if (items && nitems == 0) {
+            printf("%s: nothing to measure (%s)\n", fw_shape_text(s, label, sizeof label), refused);
+            failed++;
+        }
         /* the float64 comparison (the error the reduced-precision budget is held to) only where it is
          * affordable: --max-ref-s and half the bucket's share, at a conservative 2 GFLOP/s */
         /* each bucket gets an equal share of what is left, so late buckets are not starved */
@@ -262,7 +278,7 @@ int fw_cmd_tune(int argc, char **argv)
                 break;
             }
             item *x = &items[it];
-            fw_problem pp = r.problem;
+            fw_problem pp = call;
             pp.precision = x->prec;
             pp.knobs = &knobs;
             tune_arg ta;
