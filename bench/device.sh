@@ -17,7 +17,8 @@ Commands run in the order given (minutes on one H100 in brackets):
   build     configure (Release, with ptxas's resource report) and build into the build directory [2-5]
   test      ctest -L gpu: every GPU correctness program against the float64 reference [3]
   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid,
-            backward, f32 with its forced paths) and gpu_serving --quick [6-8]
+            backward, f32 with its forced paths) and gpu_serving --quick; memcheck on test_faults
+            --device cuda --quick [6-9]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
@@ -223,6 +224,9 @@ cmd_sanitize() {
         san $tool backward "" test_attention "backward --device cuda --quick"
         san $tool f32 "FW_CUDA_PERSIST_BLOCKS=2 $F32_FORCED" test_attention "--device cuda --quick --section f32,forced,reuse"
         san $tool serving "" gpu_serving --quick
+        if [ $tool = memcheck ]; then # failed allocations and launches leave nothing behind
+            san $tool faults "" test_faults "--device cuda --quick"
+        fi
     done
     [ $VARIANTS = 1 ] || return 0
     step "compute-sanitizer on the forced variants"

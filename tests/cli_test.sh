@@ -69,6 +69,12 @@ expect 2 "unknown suite" -- bench --suite no-such-suite
 expect 2 "suite with shape flags" -- bench --suite seed --seqlen 64
 expect 2 "GQA heads not divisible" -- check --heads 8 --kv-heads 3
 expect 2 "info takes no flags" -- info --bogus
+expect 2 "k suffix that would overflow" -- check --seqlen 18014398509481985k --device cpu
+grep_in err "--seqlen" "message names the flag"
+expect 2 "size above 2^31 - 1" -- check --batch 2147483648 --heads 2 --seqlen 1 --head-dim 1 --device cpu
+expect 2 "tensor too large for memory (B x H wraps)" -- check --batch 2147483647 --heads 2147483647 --seqlen 1 \
+    --head-dim 1 --device cpu --backend cpu-ref
+grep_in err "2^62 bytes" "message says the tensor is too large"
 
 # ---- info -----------------------------------------------------------------------------------
 expect 0 "info" -- info

@@ -102,13 +102,14 @@ const char *fw_args_device_name(fw_device d, char *buf, size_t len)
     return buf;
 }
 
-/* One integer, optional k/K suffix (x1024). */
+/* One integer within +-2^40, optional k/K suffix (x1024, checked before it multiplies). */
 static int parse_int(const char *s, int64_t *out)
 {
     char *end;
     errno = 0;
     long long x = strtoll(s, &end, 10);
     if (errno || end == s) return -1;
+    if (x > (1ll << 40) || x < -(1ll << 40)) return -1;
     if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
     if (*end) return -1;
     if (x > (1ll << 40) || x < -(1ll << 40)) return -1;
@@ -187,8 +188,8 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
                     snprintf(err, err_len, "--%s: %s is out of range (must be >= %lld)", o->name, tok[i], (long long)o->min);
                     return 2;
                 }
-                if (!bad && x > (1ll << 31)) {
-                    snprintf(err, err_len, "--%s: %s is out of range (must be <= %lld)", o->name, tok[i], 1ll << 31);
+                if (!bad && x > (1ll << 31) - 1) {
+                    snprintf(err, err_len, "--%s: %s is out of range (must be <= %lld)", o->name, tok[i], (1ll << 31) - 1);
                     return 2;
                 }
             } else if (o->k == K_DTYPE) {

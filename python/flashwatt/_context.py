@@ -33,9 +33,9 @@ class Context:
             the same separate pass (its wgmma kernels), elsewhere dQ added with atomics, as
             FlashAttention-2. CPU backends are deterministic either way.
 
-    A context is not meant to be shared by threads running calls at the same time (its last error
-    and CUDA stream are per context); make one per thread. The module-level functions use a
-    per-thread default context.
+    A context serves one call at a time: a call made on it while another thread's call runs raises
+    FlashwattError with ``Status.ERR_CONTEXT_BUSY`` (its last error and CUDA stream are per
+    context); make one per thread. The module-level functions use a per-thread default context.
     """
 
     def __init__(

@@ -35,6 +35,7 @@ class Status(enum.IntEnum):
     ERR_OUT_OF_MEMORY = 11
     ERR_NOT_IMPLEMENTED = 12
     ERR_INTERNAL = 13
+    ERR_CONTEXT_BUSY = 14
 
 
 class FlashwattError(RuntimeError):

@@ -26,6 +26,7 @@ const char *fw_status_string(fw_status s)
     case FW_ERR_OUT_OF_MEMORY: return "out of memory";
     case FW_ERR_NOT_IMPLEMENTED: return "not implemented";
     case FW_ERR_INTERNAL: return "internal error";
+    case FW_ERR_CONTEXT_BUSY: return "the context is in use by another thread";
     }
     return "unknown status";
 }

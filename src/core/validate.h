@@ -44,5 +44,7 @@ fw_status fw_check_same(const char *an, const fw_tensor *a, const char *bn, cons
 fw_status fw_check_no_overlap(const char *on, const fw_tensor *o, const char *in, const fw_tensor *t, char *msg,
                               size_t msg_len);
 fw_status fw_check_params(const fw_attn_params *p, int64_t head_dim, fw_problem *out, char *msg, size_t msg_len);
+/* ptr (may be NULL) on a multiple of align bytes: its elements are read as align-byte values. */
+fw_status fw_check_aligned(const char *name, const void *ptr, size_t align, char *msg, size_t msg_len);
 
 #endif

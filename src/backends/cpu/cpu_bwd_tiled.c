@@ -16,27 +16,18 @@ typedef struct {
     float *K, *V, *dK, *dV, *Q, *dO, *S, *dP, *dQ, *delta, *row;
 } bwd_scratch;
 
-static void free_scratch(bwd_scratch *s)
+/* A thread's buffers: bytes of its slice (count = 0) or carved from it (cursor). */
+static size_t carve_scratch(bwd_scratch *s, char **cursor, int64_t Lq, int64_t Lk, int64_t D)
 {
-    free(s->K); free(s->V); free(s->dK); free(s->dV); free(s->Q); free(s->dO);
-    free(s->S); free(s->dP); free(s->dQ); free(s->delta); free(s->row);
-}
-
-static int alloc_scratch(bwd_scratch *s, int64_t Lq, int64_t Lk, int64_t D)
-{
-    const size_t t = (size_t)BWD_TILE * (size_t)D * sizeof(float);
-    memset(s, 0, sizeof *s);
-    s->K = malloc(t); s->V = malloc(t);
-    s->dK = malloc((size_t)Lk * (size_t)D * sizeof(float));
-    s->dV = malloc((size_t)Lk * (size_t)D * sizeof(float));
-    s->Q = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->dO = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->dQ = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->S = malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
-    s->dP = malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
-    s->delta = malloc((size_t)Lq * sizeof(float));
-    s->row = malloc((size_t)D * sizeof(float));
-    return s->K && s->V && s->dK && s->dV && s->Q && s->dO && s->dQ && s->S && s->dP && s->delta && s->row;
+    const int64_t tile = (int64_t)BWD_TILE * D, kd = Lk * D, qd = Lq * D, tt = (int64_t)BWD_TILE * BWD_TILE;
+    const int64_t n[11] = {tile, tile, kd, kd, qd, qd, tt, tt, qd, Lq, D};
+    float **dst[11] = {&s->K, &s->V, &s->dK, &s->dV, &s->Q, &s->dO, &s->S, &s->dP, &s->dQ, &s->delta, &s->row};
+    size_t bytes = 0;
+    for (int i = 0; i < 11; i++) {
+        if (cursor) *dst[i] = (float *)fw_cpu_carve(cursor, n[i], sizeof(float));
+        bytes = fw_cpu_bytes_add(bytes, fw_cpu_bytes(n[i], sizeof(float)));
+    }
+    return bytes;
 }
 
 /* One query head h of batch b against key tile [j0, j1): accumulates into rows j0.. of s->dK/dV
@@ -94,48 +85,48 @@ fw_status fw_cpu_tiled_backward(const fw_problem *p, const fw_config *cfg, const
     (void)cfg;
     const int64_t D = p->head_dim, Lq = p->seqlen_q, Lk = p->seqlen_k;
     const int64_t BHk = p->batch * p->kv_heads;
-    fw_status status = FW_OK;
-#pragma omp parallel num_threads(ex->threads)
+    const int threads = fw_cpu_threads(ex, BHk);
+    bwd_scratch s;
+    fw_cpu_scratch scratch;
+    fw_status st = fw_cpu_scratch_alloc(&scratch, threads, carve_scratch(&s, NULL, Lq, Lk, D), ex, "cpu-flash backward");
+    if (st != FW_OK) return st;
+#pragma omp parallel num_threads(threads) private(s)
     {
-        bwd_scratch s;
-        if (!alloc_scratch(&s, Lq, Lk, D)) {
-#pragma omp atomic write
-            status = FW_ERR_OUT_OF_MEMORY;
-        } else {
+        char *cur = fw_cpu_scratch_mine(&scratch);
+        carve_scratch(&s, &cur, Lq, Lk, D);
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t bhk = 0; bhk < BHk; bhk++) {
-                const int64_t b = bhk / p->kv_heads, hk = bhk % p->kv_heads;
-                memset(s.dK, 0, (size_t)(Lk * D) * sizeof(float));
-                memset(s.dV, 0, (size_t)(Lk * D) * sizeof(float));
-                for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
-                    /* Q, dO, dQ and Δ of this query head stay resident across the key tiles */
-                    for (int64_t i = 0; i < Lq; i++) {
-                        fw_cpu_load_row(s.Q + i * D, p->q, p->dtype, fw_off(p->q_stride, b, h, i), D);
-                        fw_cpu_load_row(s.dO + i * D, p->dout, p->dtype, fw_off(p->do_stride, b, h, i), D);
-                        fw_cpu_load_row(s.row, p->o, p->dtype, fw_off(p->o_stride, b, h, i), D);
-                        float delta = 0;
-                        for (int64_t d = 0; d < D; d++) delta += s.dO[i * D + d] * s.row[d];
-                        s.delta[i] = delta;
-                    }
-                    memset(s.dQ, 0, (size_t)(Lq * D) * sizeof(float));
-                    for (int64_t j0 = 0; j0 < Lk; j0 += BWD_TILE) {
-                        const int64_t j1 = j0 + BWD_TILE < Lk ? j0 + BWD_TILE : Lk;
-                        for (int64_t j = j0; j < j1; j++) {
-                            fw_cpu_load_row(s.K + (j - j0) * D, p->k, p->dtype, fw_off(p->k_stride, b, hk, j), D);
-                            fw_cpu_load_row(s.V + (j - j0) * D, p->v, p->dtype, fw_off(p->v_stride, b, hk, j), D);
-                        }
-                        head_tile(p, &s, b, h, j0, j1);
-                    }
-                    for (int64_t i = 0; i < Lq; i++)
-                        fw_cpu_store_row(p->dq, p->dtype, fw_off(p->dq_stride, b, h, i), s.dQ + i * D, D);
+        for (int64_t bhk = 0; bhk < BHk; bhk++) {
+            const int64_t b = bhk / p->kv_heads, hk = bhk % p->kv_heads;
+            memset(s.dK, 0, (size_t)(Lk * D) * sizeof(float));
+            memset(s.dV, 0, (size_t)(Lk * D) * sizeof(float));
+            for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++) {
+                /* Q, dO, dQ and Δ of this query head stay resident across the key tiles */
+                for (int64_t i = 0; i < Lq; i++) {
+                    fw_cpu_load_row(s.Q + i * D, p->q, p->dtype, fw_off(p->q_stride, b, h, i), D);
+                    fw_cpu_load_row(s.dO + i * D, p->dout, p->dtype, fw_off(p->do_stride, b, h, i), D);
+                    fw_cpu_load_row(s.row, p->o, p->dtype, fw_off(p->o_stride, b, h, i), D);
+                    float delta = 0;
+                    for (int64_t d = 0; d < D; d++) delta += s.dO[i * D + d] * s.row[d];
+                    s.delta[i] = delta;
                 }
-                for (int64_t j = 0; j < Lk; j++) {
-                    fw_cpu_store_row(p->dk, p->dtype, fw_off(p->dk_stride, b, hk, j), s.dK + j * D, D);
-                    fw_cpu_store_row(p->dv, p->dtype, fw_off(p->dv_stride, b, hk, j), s.dV + j * D, D);
+                memset(s.dQ, 0, (size_t)(Lq * D) * sizeof(float));
+                for (int64_t j0 = 0; j0 < Lk; j0 += BWD_TILE) {
+                    const int64_t j1 = j0 + BWD_TILE < Lk ? j0 + BWD_TILE : Lk;
+                    for (int64_t j = j0; j < j1; j++) {
+                        fw_cpu_load_row(s.K + (j - j0) * D, p->k, p->dtype, fw_off(p->k_stride, b, hk, j), D);
+                        fw_cpu_load_row(s.V + (j - j0) * D, p->v, p->dtype, fw_off(p->v_stride, b, hk, j), D);
+                    }
+                    head_tile(p, &s, b, h, j0, j1);
                 }
+                for (int64_t i = 0; i < Lq; i++)
+                    fw_cpu_store_row(p->dq, p->dtype, fw_off(p->dq_stride, b, h, i), s.dQ + i * D, D);
+            }
+            for (int64_t j = 0; j < Lk; j++) {
+                fw_cpu_store_row(p->dk, p->dtype, fw_off(p->dk_stride, b, hk, j), s.dK + j * D, D);
+                fw_cpu_store_row(p->dv, p->dtype, fw_off(p->dv_stride, b, hk, j), s.dV + j * D, D);
             }
         }
-        free_scratch(&s);
     }
-    return status;
+    fw_cpu_scratch_free(&scratch);
+    return FW_OK;
 }
