@@ -170,7 +170,9 @@ FW_API const char *fw_version(void);
  *    underflows to 0 too); ±Inf there makes it ±Inf or NaN. LSE depends on q and k only.
  *  - Overflow: q·k and scale·q·k beyond float32's range (|x| > FLT_MAX ≈ 3.4e38) are ±Inf and take
  *    the rules above. Keep them below 2^126 (≈ 8.5e37) for a finite answer: between the two a
- *    backend may overflow early (some fold log2(e) into the scale).
+ *    backend may overflow early (some fold log2(e) into the scale). On a CUDA device a scale above
+ *    1e30 is outside this rule: the kernels carry scale·log2(e) through their exponent arithmetic,
+ *    which can overflow where the CPU backends' float32 logits do not (NaN or ±Inf rows).
  *  - Keys a row does not see: the CPU backends never read them, so nothing there reaches the row.
  *    The CUDA kernels multiply whole key tiles, so NaN/Inf in v at a key hidden by a causal or window
  *    mask but in a tile the row reads may make the row NaN (0·NaN, as in FlashAttention): unspecified
