@@ -322,8 +322,9 @@ def load() -> ctypes.CDLL:
         _lib, _lib_path = lib, path
         return lib
     raise OSError(
-        "flashwatt: libflashwatt could not be loaded. Build it with CMake (cmake -S . -B build && "
-        "make -C build) or set FLASHWATT_LIBRARY=/path/to/libflashwatt.so. Tried:\n  "
+        "flashwatt: libflashwatt could not be loaded. Install the package with `pip install ./python` "
+        "(it builds the library into the package), build it with CMake (cmake -S . -B build && "
+        "make -C build), or set FLASHWATT_LIBRARY=/path/to/libflashwatt.so. Tried:\n  "
         + "\n  ".join(tried)
     )
 
