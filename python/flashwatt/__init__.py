@@ -54,6 +54,13 @@ def _package_version() -> str:
 
 __version__ = _package_version()
 
+# The torch custom ops (torch.ops.flashwatt.*) are registered when the torch adapter is imported: here
+# where torch already is, else at the first call with a torch tensor.
+import sys as _sys
+
+if "torch" in _sys.modules:
+    from . import _torch  # noqa: F401
+
 
 @dataclass(frozen=True)
 class BackendInfo:

@@ -159,7 +159,7 @@ class FwBackendInfo(ctypes.Structure):
 
 # Hot path: descriptors packed with struct (much cheaper than ctypes Structures) and passed as
 # pointers to the bytes; checked against the ctypes layout above at import.
-_TENSOR_PACK = struct.Struct("=Qiii4x4q4q")  # data, dtype, device.kind, device.index, size, stride
+TENSOR_PACK = _TENSOR_PACK = struct.Struct("=Qiii4x4q4q")  # data, dtype, device.kind, device.index, size, stride
 assert _TENSOR_PACK.size == ctypes.sizeof(FwTensor) and FwTensor.size.offset == 24 and FwTensor.stride.offset == 56
 assert ctypes.sizeof(FwAttnParams) == 24 and FwAttnParams.window_left.offset == 8
 
