@@ -256,6 +256,11 @@ else
 fi
 expect 2 "--window-s below its minimum of 1 s" -- bench --window-s 0.5
 grep_in err "--window-s: '0.5' is not a number of seconds >= 1" "names the flag and the minimum"
+export FLASHWATT_PROGRESS_S=0.05
+expect 0 "check on a long problem shows progress" -- check --backend cpu-naive --heads 4 --seqlen 1536
+unset FLASHWATT_PROGRESS_S
+grep_in err "so far" "a progress line while the step runs"
+grep_in err "done in" "a line when it ends"
 
 echo "cli_test: $n checks, $failures failed"
 [ "$failures" -eq 0 ]
