@@ -261,6 +261,11 @@ expect 0 "check on a long problem shows progress" -- check --backend cpu-naive -
 unset FLASHWATT_PROGRESS_S
 grep_in err "so far" "a progress line while the step runs"
 grep_in err "done in" "a line when it ends"
+if "$FW" info | grep -q "^build: *CUDA backends compiled in" && [ ! -e /dev/nvidiactl ] &&
+   ! { command -v ldconfig >/dev/null 2>&1 && ldconfig -p | grep -q "libcuda.so.1 "; }; then
+    expect 0 "info on a machine without an NVIDIA driver" -- info
+    grep_in out "no NVIDIA driver" "says there is no driver, not that it is too old"
+fi
 
 echo "cli_test: $n checks, $failures failed"
 [ "$failures" -eq 0 ]
