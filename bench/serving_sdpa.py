@@ -24,9 +24,11 @@ call over --reps windows after warm-up; --graph captures each window as a CUDA g
 with its workspace reserved through fw_attention_workspace_size). Outputs are checked against SDPA's.
 
     FLASHWATT_LIBRARY=build/libflashwatt.so python3 bench/serving_sdpa.py [--quick] [--reps N] [--graph]
-        [--configs] [--json PATH] [--shapes 0,2] [--ordered] [--no-prefill] [--page-sizes 16,1]
+        [--configs] [--json PATH] [--shapes 0,2] [--ordered] [--no-prefill] [--page-sizes 16,1] [--energy]
         --configs      also the KV-cache call under every cuda-flash serving configuration
         --page-sizes   the paged rows' page sizes (those that divide a shape's keys), default 16,1
+        --energy       J/token and tokens per joule beside SDPA cudnn's (GPU energy counter; with --configs
+                       every configuration too, the low-occupancy ones among them)
 """
 from __future__ import annotations
 
@@ -223,6 +225,29 @@ def time_all(todo, reps, warmup, graph, window_us=2000.0):
     return {name: statistics.median(v) for name, v in ts.items()}
 
 
+def energy_per_call(fn, seconds):
+    """(joules a call, average watts) over a window of back-to-back calls of at least `seconds` on the GPU's
+    energy counter (flashwatt's telemetry, NVML), after a short warm-up at load; (None, None) where the
+    counter is n/a. The host synchronises every few hundred calls so that the queue stays bounded."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import flashwatt  # noqa: E402  (the package, for its energy windows)
+    t_end = time.time() + 0.5
+    while time.time() < t_end:
+        fn()
+    torch.cuda.synchronize()
+    n = 0
+    with flashwatt.energy() as e:
+        t0 = time.time()
+        while time.time() - t0 < seconds:
+            for _ in range(100):
+                fn()
+            n += 100
+            torch.cuda.synchronize()
+    if e.joules is None:
+        return None, None
+    return e.joules / n, e.avg_w
+
+
 def copy_bandwidth(reps, warmup):
     """Device-to-device copy bandwidth, (read + written bytes) / time, of a 1 GiB buffer, GB/s."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
@@ -336,6 +361,25 @@ def decode_rows(args, copy_gbs, configs):
         for name, why in how.items():
             if why.startswith("n/a"):
                 print(f"  {name:<34} {why}")
+        if args.energy:
+            fns = dict(todo)
+            ref_tpj = None
+            print(f"  energy: >= {args.energy_s:g} s windows of back-to-back calls, GPU energy counter; tokens a call = B = {B}")
+            for name in [n for n in fns if n in ("fw cache", "sdpa cudnn", "sdpa flash") or n.startswith("fw cache srv")]:
+                jpc, watts = energy_per_call(fns[name], args.energy_s)
+                if jpc is None:
+                    print(f"  {name:<34} J/token n/a (no GPU energy counter)")
+                    continue
+                tpj = B / jpc
+                if name == "sdpa cudnn":
+                    ref_tpj = tpj
+                print(f"  {name:<34} {jpc / B * 1e3:9.3f} mJ/token {watts:6.0f} W avg {tpj:9.0f} tokens/J")
+                rows.append({"shape": shape, "method": name, "j_per_token": jpc / B, "avg_w": watts, "tokens_per_j": tpj})
+            if ref_tpj:
+                for r in rows:
+                    if r["shape"] == shape and "tokens_per_j" in r:
+                        r["tokens_per_j_vs_cudnn"] = r["tokens_per_j"] / ref_tpj
+                        print(f"  {r['method']:<34} {r['tokens_per_j_vs_cudnn']:5.2f}x cuDNN's tokens per joule")
         del q, kc, vc, keep, outs, todo
         torch.cuda.empty_cache()
     return rows
@@ -417,6 +461,9 @@ def main():
     ap.add_argument("--shapes", default="", help="decode shapes by index into the table (e.g. 0,2)")
     ap.add_argument("--ordered", action="store_true", help="also paged caches whose pages are in order")
     ap.add_argument("--no-prefill", action="store_true", help="skip the ragged prefill rows")
+    ap.add_argument("--energy", action="store_true",
+                    help="decode rows: J/token and tokens per joule (fw cache, its configurations, SDPA cudnn and flash)")
+    ap.add_argument("--energy-s", type=float, default=1.5, help="seconds of each energy window (default 1.5)")
     ap.add_argument("--page-sizes", default="16,1", help="page sizes of the paged rows (dividing the keys), e.g. 16,1,256,4")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)

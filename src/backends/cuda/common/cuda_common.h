@@ -90,9 +90,11 @@ struct fw_cuda_device_guard {
 
 #ifdef __CUDACC__
 #include <atomic>
-/* Raises kernel's dynamic shared-memory limit to `bytes` (a compile-time size of that kernel
- * instantiation) once per device: cudaFuncSetAttribute is a driver call, and launches repeat. */
-template <auto kernel> static cudaError_t fw_cuda_smem_limit(size_t bytes)
+/* Raises kernel's dynamic shared-memory limit to `bytes` (a compile-time size of that kernel instantiation; 0:
+ * the device's whole opt-in size, for launches that pad their size to cap the blocks per SM) and, with
+ * max_carveout, asks for the largest shared-memory carveout, once per device: cudaFuncSetAttribute is a
+ * driver call, and launches repeat. */
+template <auto kernel> static cudaError_t fw_cuda_smem_limit(size_t bytes, bool max_carveout = false)
 {
     static std::atomic<unsigned long long> done{0}; /* one bit per device 0..63 */
     int dev = 0;
@@ -100,7 +102,14 @@ template <auto kernel> static cudaError_t fw_cuda_smem_limit(size_t bytes)
     if (e != cudaSuccess) return e;
     const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
     if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    if (!bytes) {
+        fw_cuda_device_info di;
+        if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
+        bytes = (size_t)di.smem_optin;
+    }
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess && max_carveout)
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
     return e;
 }

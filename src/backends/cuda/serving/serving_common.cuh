@@ -195,21 +195,25 @@ __global__ void __launch_bounds__(128) append_kernel(const fw_srv_params p, T *k
     }
 }
 
-/* Merges the split partials of one (b, h, i) row a warp: O = Σ w_s O_s with w_s = exp(lse_s - M) / L,
- * L = Σ exp(lse_s - M), LSE = M + log L. Splits that saw no key (lse -inf) are skipped (their O_s is
- * not read); a NaN LSE propagates. Grid: ceil(B · H · max_q / 4) blocks of 4 warps. */
+/* Merges the split partials of one (b, h, i) row a block: O = Σ w_s O_s with w_s = exp(lse_s - M) / L,
+ * L = Σ exp(lse_s - M), LSE = M + log L. Splits that saw no key (lse -inf) are skipped (their O_s is not
+ * read); a NaN LSE propagates. The block's four warps take every fourth split, each lane four columns, and
+ * sum through shared memory: a row's splits are read in parallel, not one after another (a single
+ * sequence has few rows, so a warp a row left most of the GPU idle and the merge took a tenth of the
+ * call). Grid: B · H · max_q blocks of 128 threads. */
 template <typename T>
 __global__ void __launch_bounds__(128) merge_kernel(const fw_srv_params p)
 {
+    constexpr int W = 4;
+    __shared__ float4 part[W - 1][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t rows = (int64_t)p.B * p.H * p.max_q; /* partial rows a split */
-    const int64_t row = (int64_t)blockIdx.x * 4 + warp;
-    if (row >= rows) return;
+    const int64_t row = blockIdx.x;
     const int i = (int)(row % p.max_q);
     const int h = (int)((row / p.max_q) % p.H);
     const int b = (int)(row / ((int64_t)p.max_q * p.H));
     const seq_t s = seq_info(p, b);
-    if (i >= s.lq) return;
+    if (i >= s.lq) return; /* the whole block: uniform */
     const float *lse = p.part_lse + row; /* split sp's at lse[sp · rows] */
     float m = -INFINITY;
     for (int sp = lane; sp < p.splits; sp += 32) m = fmaxf(m, lse[sp * rows]);
@@ -225,23 +229,39 @@ __global__ void __launch_bounds__(128) merge_kernel(const fw_srv_params p)
     const float inv = l > 0.f ? 1.f / l : (l == l ? 0.f : l);
     const int ld = part_ld(p);
     T *o = (T *)p.o + q_base(p, p.o_s, b, s) + (int64_t)h * p.o_s[1] + (int64_t)i * p.o_s[2];
-    for (int c = lane * 4; c < p.d; c += 128) {
-        float a[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int sp = 0; sp < p.splits; sp++) {
-            const float x = lse[sp * rows];
-            if (x == -INFINITY) continue;
-            const float w = expf(x - m) * inv;
-            const float4 v = *reinterpret_cast<const float4 *>(p.part_o + (sp * rows + row) * ld + c);
-            a[0] += w * v.x;
-            a[1] += w * v.y;
-            a[2] += w * v.z;
-            a[3] += w * v.w;
-        }
+    for (int c0 = 0; c0 < p.d; c0 += 128) { /* block-uniform trip count */
+        const int c = c0 + lane * 4;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c < p.d)
+            for (int sp = warp; sp < p.splits; sp += W) {
+                const float x = lse[sp * rows];
+                if (x == -INFINITY) continue;
+                const float w = expf(x - m) * inv;
+                const float4 v = *reinterpret_cast<const float4 *>(p.part_o + (sp * rows + row) * ld + c);
+                a.x += w * v.x;
+                a.y += w * v.y;
+                a.z += w * v.z;
+                a.w += w * v.w;
+            }
+        if (warp > 0) part[warp - 1][lane] = a;
+        __syncthreads();
+        if (warp == 0) {
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (c + e < p.d) o[c + e] = from_float<T>(a[e]);
+            for (int q = 0; q < W - 1; q++) {
+                const float4 v = part[q][lane];
+                a.x += v.x;
+                a.y += v.y;
+                a.z += v.z;
+                a.w += v.w;
+            }
+            const float e[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (c + k < p.d) o[c + k] = from_float<T>(e[k]);
+        }
+        __syncthreads(); /* part is reused by the next column chunk */
     }
-    if (lane == 0 && p.lse) p.lse[lse_index(p, b, h, i, s)] = l > 0.f ? m + logf(l) : (l == l ? -INFINITY : l);
+    if (threadIdx.x == 0 && p.lse) p.lse[lse_index(p, b, h, i, s)] = l > 0.f ? m + logf(l) : (l == l ? -INFINITY : l);
 }
 
 /* Blocks of 128 threads per SM of `kernel` at dynamic shared memory `smem` (the caller has set its
@@ -280,7 +300,7 @@ template <typename T> static cudaError_t append_launch(const fw_srv_params *p, c
 template <typename T> static cudaError_t merge_launch(const fw_srv_params *p, cudaStream_t stream)
 {
     const int64_t rows = (int64_t)p->B * p->H * p->max_q;
-    merge_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(*p);
+    merge_kernel<T><<<(unsigned)rows, 128, 0, stream>>>(*p);
     return cudaGetLastError();
 }
 

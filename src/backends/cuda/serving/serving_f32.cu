@@ -152,20 +152,8 @@ __global__ void __launch_bounds__(128) f32_kernel(const fw_srv_params p)
     }
 }
 
-template <int DP> static cudaError_t f32_prepare()
-{
-    static std::atomic<unsigned long long> done{0}; /* one bit per device 0..63 */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-    fw_cuda_device_info di; /* the whole opt-in size: a launch may pad its size to cap the blocks per SM */
-    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
-    e = cudaFuncSetAttribute(f32_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, di.smem_optin);
-    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
-    return e;
-}
+/* The whole opt-in shared memory (a launch may pad its size to cap the blocks per SM), once per device. */
+template <int DP> static cudaError_t f32_prepare() { return fw_cuda_smem_limit<f32_kernel<DP>>(0); }
 
 template <int DP> static cudaError_t f32_launch(const fw_srv_params *p, size_t smem, cudaStream_t stream)
 {

@@ -402,24 +402,11 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
     }
 }
 
-/* Sets the kernel's shared-memory attributes once per device: the device's whole opt-in size (a launch
- * may pad its dynamic size to cap the blocks per SM) and the largest carveout (K/V bypass L1). */
+/* The kernel's shared-memory attributes, once per device: the device's whole opt-in size (a launch may pad its
+ * dynamic size to cap the blocks per SM) and the largest carveout (K/V bypass L1). */
 template <typename T, int D, int BM, int BN, int ST> static cudaError_t tc_prepare()
 {
-    static std::atomic<unsigned long long> done{0}; /* one bit per device 0..63 */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-    fw_cuda_device_info di;
-    if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
-    e = cudaFuncSetAttribute(tc_kernel<T, D, BM, BN, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, di.smem_optin);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(tc_kernel<T, D, BM, BN, ST>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 (int)cudaSharedmemCarveoutMaxShared);
-    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
-    return e;
+    return fw_cuda_smem_limit<tc_kernel<T, D, BM, BN, ST>>(0, true);
 }
 
 template <typename T, int D, int BM, int BN, int ST> static int tc_occupancy(size_t smem)
