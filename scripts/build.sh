@@ -15,7 +15,9 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" "${
 grep -E "flashwatt: CUDA" "$BUILD_DIR.cmake.log" | sed 's/^-- //' || true
 if [ "${FW_BUILD_PROGRESS:-0}" = 1 ]; then
   t0=$(date +%s)
-  echo "building into $BUILD_DIR with $JOBS jobs (the CUDA files below take the time)"
+  what="the C sources take seconds"
+  grep -q "flashwatt: CUDA backends ON" "$BUILD_DIR.cmake.log" && what="the CUDA files listed below take the time"
+  echo "building into $BUILD_DIR with $JOBS jobs ($what)"
   if ! cmake --build "$BUILD_DIR" -j "$JOBS" 2>&1 | tee "$BUILD_DIR.build.log" |
        sed -un 's#^\(\[[^]]*\]\) Building CUDA object .*\.dir/\(.*\)\.o$#  \1 \2#p'; then
     tail -40 "$BUILD_DIR.build.log"
