@@ -31,7 +31,6 @@ from ._lib import FlashwattError, FlashwattNotImplementedError, Status, library_
 from ._telemetry import CpuReading, EnergyWindow, GpuReading, Snapshot, energy, telemetry
 
 
-
 def _package_version() -> str:
     """The version CMake's project(VERSION) defines: written into the package when pip built it, else
     read from the checkout's CMakeLists.txt (python/ used in place)."""

@@ -71,9 +71,21 @@ def raise_for(status: int, message: str, not_implemented: bool = False) -> None:
         raise _lib.error_for(status, message, not_implemented)
 
 
+class _TorchNotLoaded:
+    """Stands for torch.Tensor until _torch.py is imported: no object is of this type."""
+
+
+def _import_torch_adapter_and_call(*args: Any) -> Any:
+    from . import _torch
+
+    return _torch.attention(*args)
+
+
 # Set by _torch.py when it is imported: torch calls then take the shortest way there (host time per call).
-_torch_attention: Optional[Callable[..., Any]] = None
-_torch_tensor: Any = None
+# Never None: torch.compile guards on these globals, and a trace that imports _torch.py (flashwatt imported
+# before torch) changes them while it runs, which a guard on None cannot take (it fails to build).
+_torch_attention: Callable[..., Any] = _import_torch_adapter_and_call
+_torch_tensor: Any = _TorchNotLoaded
 
 
 def _is_torch(x: Any) -> bool:
@@ -131,9 +143,8 @@ def attention(
         FlashwattError: the library refused the call; ``.status`` and ``.message`` say why.
         TypeError / ValueError: arguments the binding cannot describe to the library.
     """
-    torch_attention = _torch_attention
-    if torch_attention is not None and type(q) is _torch_tensor and type(k) is _torch_tensor:
-        return torch_attention(q, k, v, causal, scale, window, backend, return_lse, layout, context)
+    if type(q) is _torch_tensor and type(k) is _torch_tensor:
+        return _torch_attention(q, k, v, causal, scale, window, backend, return_lse, layout, context)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if backend is not None and not isinstance(backend, str):

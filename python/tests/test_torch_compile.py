@@ -288,3 +288,30 @@ def test_cuda_graph_captures_and_replays_each_op():
     torch.cuda.synchronize()
     for got, want in zip(captured, calls()):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_compiles_when_flashwatt_is_imported_before_torch():
+    """The torch adapter (and its ops) load at the first torch call, inside the first trace: that trace
+    must still build its guards and give eager's result (a fresh interpreter, flashwatt imported first)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import flashwatt as fw
+import torch
+q = torch.randn(1, 2, 8, 16)
+cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+f = torch.compile(lambda q: fw.attention(q, q, q, causal=True) * 2, fullgraph=True)
+torch.testing.assert_close(f(q), fw.attention(q, q, q, causal=True) * 2)
+torch._dynamo.reset()
+qp = torch.randn(8, 2, 16)
+g = torch.compile(lambda q: fw.attention_varlen(q, q, q, cu, cu, 5, 5, causal=True), fullgraph=True)
+torch.testing.assert_close(g(qp), fw.attention_varlen(qp, qp, qp, cu, cu, 5, 5, causal=True))
+print("compiled")
+"""
+    python_dir = str(Path(fw.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=python_dir + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
