@@ -40,6 +40,12 @@ if ! (cd "$tmp" && FLASHWATT_CUDA=${FLASHWATT_CUDA:-OFF} "$vpy" -m pip install -
 fi
 echo "ok: pip install ./python ($(( $(date +%s) - t0 )) s, build isolation: ${isolation:-yes})"
 
+# NumPy is a requirement of the package itself, not an extra that a plain `pip install` leaves out
+if "$vpy" -c "import importlib.metadata as m, re, sys
+req = [r for r in (m.requires('flashwatt') or []) if re.match(r'numpy\b', r) and 'extra' not in r]
+sys.exit(0 if req else 1)"; then echo "ok: NumPy is a requirement of the installed package"
+else fail "the installed package does not require NumPy"; fi
+
 mkdir "$tmp/elsewhere"
 cd "$tmp/elsewhere" || exit 1
 if "$vpy" - "$version" <<'PY'
