@@ -37,7 +37,7 @@ def ceilings(rows, peak_tflops, peak_gbps):
         return tops, gbps, "given" + (", else anchor H200 measurements" if gpu else "")
     if gpu:
         return tops, gbps, "anchor H200 measurements"
-    return {}, None, "none for CPU rows: pass --peak-tflops / --peak-gbps (bench/fma_peak measures the CPU)"
+    return {}, None, "none under CPU rows; --peak-tflops/--peak-gbps give them"
 
 
 def ok(x):
@@ -133,10 +133,11 @@ def roofline_plot(rows, outdir, peak_tflops, peak_gbps):
     lo, hi = min(xs) / 4, max(xs) * 4
     tops, gbps, what = ceilings(pts, peak_tflops, peak_gbps)
     for name, tf in sorted(tops.items()):
-        if gbps:
+        if gbps:  # min(bandwidth x intensity, compute), its knee drawn only where it falls inside the plot
             knee = tf * 1e12 / (gbps * 1e9)
-            ax.plot([lo, knee, hi], [lo * gbps * 1e9 / 1e12, tf, tf], "--", lw=1,
-                    label="ceiling %s %.0f TFLOP/s, %.0f GB/s" % (name, tf, gbps))
+            xx = [lo] + ([knee] if lo < knee < hi else []) + [hi]
+            ax.plot(xx, [min(x * gbps * 1e9 / 1e12, tf) for x in xx], "--", lw=1,
+                    label="ceiling %s %.3g TFLOP/s, %.0f GB/s" % (name, tf, gbps))
         else:
             ax.plot([lo, hi], [tf, tf], "--", lw=1, label="ceiling %s %.3g TFLOP/s" % (name, tf))
     if gbps and not tops:
