@@ -68,18 +68,18 @@ extern "C" int fw_cuda_available(char *why, size_t why_len)
     if (e != cudaSuccess) {
         cudaGetLastError();
         if ((e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) && !driver_installed())
-            return fw_why(why, why_len, "no NVIDIA driver / GPU on this machine (libcuda.so.1 not found)");
-        if (e == cudaErrorNoDevice) return fw_why(why, why_len, "no NVIDIA GPU (the driver sees none)");
+            return fw_why(why, why_len, "no CUDA device: no NVIDIA driver on this machine (libcuda.so.1 not found)");
+        if (e == cudaErrorNoDevice) return fw_why(why, why_len, "no CUDA device: the NVIDIA driver sees no GPU");
         if (e == cudaErrorInsufficientDriver) {
             int runtime = 0, driver = 0;
             cudaRuntimeGetVersion(&runtime);
             cudaDriverGetVersion(&driver);
-            return fw_why(why, why_len, "the NVIDIA driver (CUDA %d.%d) is older than this build's CUDA runtime (%d.%d)",
+            return fw_why(why, why_len, "no usable CUDA device: the NVIDIA driver (CUDA %d.%d) is older than this build's CUDA runtime (%d.%d)",
                           driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
         }
         return fw_why(why, why_len, "no usable CUDA device (%s)", cudaGetErrorString(e));
     }
-    if (n == 0) return fw_why(why, why_len, "no NVIDIA GPU (the driver sees none)");
+    if (n == 0) return fw_why(why, why_len, "no CUDA device: the NVIDIA driver sees no GPU");
     return 1;
 }
 
