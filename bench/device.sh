@@ -33,6 +33,11 @@ Commands run in the order given (minutes on one H100 in brackets):
   energy    the tuning table, power-cap streams (300/450/600 W: the scheduler, the best static
             configuration, the fastest one paced), the seeds' table with J/call beside every SDPA
             backend, race-to-idle per bucket (bench/energy_summary.py), plots (bench/plot.py) [6]
+  serving   decode (bf16 D=128, the issue's five shapes; contiguous, paged 16 and 1) and ragged prefill
+            beside SDPA cudnn/flash/efficient and varlen_attn, % of the copy bandwidth, J/token and
+            tokens per joule of every decode configuration beside cuDNN's (bench/serving_sdpa.py
+            --configs --energy); flashwatt bench --suite decode; flashwatt tune --suite decode (the
+            decode buckets' tuning table: each bucket's fastest and least-energy configuration) [7]
   pytest    python/tests with the GPU, and python/examples/gpt_block.py [2]
   floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes) and
             launch_overhead (what a call costs the host before its kernel runs) [1]
@@ -47,7 +52,8 @@ Commands run in the order given (minutes on one H100 in brackets):
 
 Options:
   --build DIR   build directory (default build); a command that needs a build makes it if DIR has none
-  --quick       fwd, bwd, sdpa: L in {1024, 4096} only; cpu: the two target rows only
+  --quick       fwd, bwd, sdpa: L in {1024, 4096} only; serving: the first two decode shapes; cpu: the
+                two target rows only
   --variants    test, sanitize: also, forced, each kernel variant the defaults choose only on some
                 shapes or cards: the Hopper forward configurations and no wgmma (cuda-flash), every
                 tensor-core backward variant, the f32 kernels' persistence, key ranges, staging and
@@ -69,7 +75,7 @@ while [ $# -gt 0 ]; do
         --variants) VARIANTS=1 ;;
         --ext) EXT=1 ;;
         all) CMDS+=(build test sanitize fwd bwd f32 pytest) ;;
-        build | test | sanitize | fwd | bwd | f32 | sdpa | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
+        build | test | sanitize | fwd | bwd | f32 | sdpa | serving | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
         *) echo "device.sh: unknown command or option '$1' (bench/device.sh help lists them)" >&2; exit 2 ;;
     esac
     shift
@@ -331,6 +337,52 @@ cmd_sdpa() {
     grep -E "unsupported|failed" "$LOGS/sdpa.log" | head -20
     sed -n '/# summary/,$p' "$LOGS/sdpa.log"
     record "sdpa: side by side" "$(verdict $rc)" $((SECONDS - t0)) "cuda-flash vs FA2 $(ratio_range "$LOGS/sdpa.log")"
+}
+
+cmd_serving() {
+    need_build
+    local t0=$SECONDS rc
+    step "decode and ragged prefill beside SDPA; every decode configuration's J/token beside cuDNN's (bench/serving_sdpa.py)"
+    py 590 serving.log bench/serving_sdpa.py --configs --energy --json "$LOGS/serving.json" "${QUICK_ARG[@]}"
+    rc=$?
+    [ $rc = 0 ] || tail -20 "$LOGS/serving.log"
+    grep -E "^# device copy|tokens per joule" "$LOGS/serving.log" | grep -E "copy|fw cache  |fw cache srv|sdpa" | head -60
+    sed -n '/## summary/,$p' "$LOGS/serving.log"
+    record "serving: decode, prefill vs SDPA" "$(verdict $rc)" $((SECONDS - t0)) "summary above; serving.json"
+
+    step "flashwatt bench --suite decode (C level: % of the copy bandwidth, J/token)"
+    t0=$SECONDS
+    logged 300 bench_decode.log "$BUILD/flashwatt" bench --suite decode --energy 1 --json "$LOGS/bench_decode.json"
+    rc=$?
+    grep -A12 "^backend .* % copy" "$LOGS/bench_decode.log" | head -30
+    record "serving: bench --suite decode" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
+
+    step "flashwatt tune --suite decode: each bucket's default, fastest and least-energy configuration"
+    t0=$SECONDS
+    logged 300 tune_decode.log "$BUILD/flashwatt" tune --suite decode --backend cuda-flash --budget-s 240 --cooldown 0.3 \
+        --max-ref-s 0 --out "$LOGS/tuning-decode.txt"
+    rc=$?
+    tail -2 "$LOGS/tune_decode.log"
+    python3 - "$LOGS/tuning-decode.txt" <<'PY'
+import sys
+from collections import defaultdict
+buckets = defaultdict(list)
+for line in open(sys.argv[1]):
+    if line.startswith("#"):
+        continue
+    f = line.rstrip("\n").split("\t")
+    j = float(f[10]) if f[10] != "n/a" else None
+    buckets[(f[17], f[4], f[5], f[6], f[16])].append((f[8], float(f[9]), j))
+for (call, bh, lq, lk, g), es in buckets.items():
+    fast = min(es, key=lambda e: e[1])
+    d = es[0]  # the tuner measures the default first
+    low = min((e for e in es if e[2]), key=lambda e: e[2], default=None)
+    s = f"{call:<6} BH {bh:>5} Lq {lq} Lk {lk:>6} G {g}: default {d[0]} {d[1] * 1e3:.1f} us; fastest {fast[0]} {fast[1] * 1e3:.1f} us"
+    if low:
+        s += f"; least energy {low[0]} {low[1] * 1e3:.1f} us {low[2] * 1e3:.3f} mJ/call ({fast[2] / low[2] if fast[2] else 0:.2f}x the fastest's tokens/J at {fast[1] / low[1]:.2f}x its speed)"
+    print(s)
+PY
+    record "serving: tune decode buckets" "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/tune_decode.log")"
 }
 
 # erun NAME LIMIT_S CMD...: one energy step, bounded; its log under energy/, tail shown

@@ -18,13 +18,15 @@ on the same packed tensors, and flashwatt's dense call at the mean length; TFLOP
 ran (the configuration whose forced call gives the same output bit for bit); "fw varlen srv" forces the
 serving kernel's configuration for ragged prefill, for comparison in the same run.
 
-Timing: windows of back-to-back calls (about 2 ms, so that the host's call overhead hides behind the
-GPU) between CUDA events, the windows of all methods interleaved in a rotating order, the median per
+Timing: windows of back-to-back calls (--window-us, default 20 ms: long enough that a call's host overhead
+hides behind the GPU's queue, as in an engine's steady state; short windows understate a backend with a
+heavy host path, cuDNN's among them) between CUDA events, the windows of all methods interleaved in a rotating order, the median per
 call over --reps windows after warm-up; --graph captures each window as a CUDA graph instead (flashwatt
 with its workspace reserved through fw_attention_workspace_size). Outputs are checked against SDPA's.
 
     FLASHWATT_LIBRARY=build/libflashwatt.so python3 bench/serving_sdpa.py [--quick] [--reps N] [--graph]
         [--configs] [--json PATH] [--shapes 0,2] [--ordered] [--no-prefill] [--page-sizes 16,1] [--energy]
+        [--window-us US]
         --configs      also the KV-cache call under every cuda-flash serving configuration
         --page-sizes   the paged rows' page sizes (those that divide a shape's keys), default 16,1
         --energy       J/token and tokens per joule beside SDPA cudnn's (GPU energy counter; with --configs
@@ -205,7 +207,7 @@ def as_graph(fn, n):
         return None
 
 
-def time_all(todo, reps, warmup, graph, window_us=2000.0):
+def time_all(todo, reps, warmup, graph, window_us=20000.0):
     """{name: median µs a call}: each callable's windows of back-to-back calls, interleaved in rotating order."""
     for _, fn in todo:
         for _ in range(warmup):
@@ -214,7 +216,7 @@ def time_all(todo, reps, warmup, graph, window_us=2000.0):
     runs = []
     for name, fn in todo:
         est = window(fn, 3)
-        n = max(1, min(200, int(window_us / max(est, 1.0))))
+        n = max(1, min(2000, int(window_us / max(est, 1.0))))
         g = as_graph(fn, n) if graph else None
         runs.append((name, (lambda g=g: g.replay()) if g else fn, 1 if g else n, n))
     ts = {name: [] for name, _ in todo}
@@ -226,9 +228,9 @@ def time_all(todo, reps, warmup, graph, window_us=2000.0):
 
 
 def energy_per_call(fn, seconds):
-    """(joules a call, average watts) over a window of back-to-back calls of at least `seconds` on the GPU's
+    """(joules a call, average watts, µs a call) over a window of back-to-back calls of at least `seconds` on the GPU's
     energy counter (flashwatt's telemetry, NVML), after a short warm-up at load; (None, None) where the
-    counter is n/a. The host synchronises every few hundred calls so that the queue stays bounded."""
+    counter is n/a. The host synchronises every hundred calls so that the queue stays bounded."""
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import flashwatt  # noqa: E402  (the package, for its energy windows)
     t_end = time.time() + 0.5
@@ -243,9 +245,10 @@ def energy_per_call(fn, seconds):
                 fn()
             n += 100
             torch.cuda.synchronize()
+        t1 = time.time()
     if e.joules is None:
-        return None, None
-    return e.joules / n, e.avg_w
+        return None, None, (t1 - t0) * 1e6 / n
+    return e.joules / n, e.avg_w, (t1 - t0) * 1e6 / n
 
 
 def copy_bandwidth(reps, warmup):
@@ -344,7 +347,7 @@ def decode_rows(args, copy_gbs, configs):
         for _, fn in todo:
             fn()
         torch.cuda.synchronize()
-        us = time_all(todo, args.reps, args.warmup, args.graph)
+        us = time_all(todo, args.reps, args.warmup, args.graph, args.window_us)
         best = min((t for n, t in us.items() if n.startswith("sdpa")), default=None)
         shape = f"B={B} {H}/{Hkv} L={L}"
         print(f"\n## decode {shape}: K+V {kv_bytes / 1e6:.0f} MB, copy-bound {kv_bytes / (copy_gbs * 1e9) * 1e6:.1f} us")
@@ -365,21 +368,25 @@ def decode_rows(args, copy_gbs, configs):
             fns = dict(todo)
             ref_tpj = None
             print(f"  energy: >= {args.energy_s:g} s windows of back-to-back calls, GPU energy counter; tokens a call = B = {B}")
-            for name in [n for n in fns if n in ("fw cache", "sdpa cudnn", "sdpa flash") or n.startswith("fw cache srv")]:
-                jpc, watts = energy_per_call(fns[name], args.energy_s)
+            ref_us = None
+            for name in [n for n in fns if n in ("sdpa cudnn", "sdpa flash") or n.startswith("fw cache")]:
+                jpc, watts, us_call = energy_per_call(fns[name], args.energy_s)
                 if jpc is None:
-                    print(f"  {name:<34} J/token n/a (no GPU energy counter)")
+                    print(f"  {name:<34} J/token n/a (no GPU energy counter); {us_call:.1f} us a call")
                     continue
                 tpj = B / jpc
                 if name == "sdpa cudnn":
-                    ref_tpj = tpj
-                print(f"  {name:<34} {jpc / B * 1e3:9.3f} mJ/token {watts:6.0f} W avg {tpj:9.0f} tokens/J")
-                rows.append({"shape": shape, "method": name, "j_per_token": jpc / B, "avg_w": watts, "tokens_per_j": tpj})
+                    ref_tpj, ref_us = tpj, us_call
+                print(f"  {name:<34} {jpc / B * 1e3:9.3f} mJ/token {watts:6.0f} W avg {tpj:9.0f} tokens/J {us_call:8.1f} us a call")
+                rows.append({"shape": shape, "method": name, "j_per_token": jpc / B, "avg_w": watts, "tokens_per_j": tpj,
+                             "energy_us": us_call})
             if ref_tpj:
                 for r in rows:
                     if r["shape"] == shape and "tokens_per_j" in r:
                         r["tokens_per_j_vs_cudnn"] = r["tokens_per_j"] / ref_tpj
-                        print(f"  {r['method']:<34} {r['tokens_per_j_vs_cudnn']:5.2f}x cuDNN's tokens per joule")
+                        r["speed_vs_cudnn"] = ref_us / r["energy_us"]
+                        print(f"  {r['method']:<34} {r['tokens_per_j_vs_cudnn']:5.2f}x cuDNN's tokens per joule at "
+                              f"{r['speed_vs_cudnn']:4.2f}x its speed (the energy windows' time)")
         del q, kc, vc, keep, outs, todo
         torch.cuda.empty_cache()
     return rows
@@ -438,7 +445,7 @@ def prefill_rows(args):
     torch.cuda.synchronize()
     ran = next((cfg for cfg, ox in forced.items() if torch.equal(ox, o)), "unknown")
     err = f", max|o - varlen_attn| {(o.float() - out_t.float()).abs().max().item():.1e}" if out_t is not None else ""
-    us = time_all(todo, args.reps, args.warmup, args.graph)
+    us = time_all(todo, args.reps, args.warmup, args.graph, args.window_us)
     print(f"\n## ragged prefill, causal, {nseq} sequences of {lens[0]}..{lens[-1]} ({total} tokens), {H}/{Hkv} heads, D={D}{err}"
           + (f" ({note})" if note else ""))
     rows = []
@@ -456,6 +463,8 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--graph", action="store_true", help="time windows captured as CUDA graphs")
+    ap.add_argument("--window-us", type=float, default=20000.0,
+                    help="length of a timing window of back-to-back calls, microseconds (default 20000)")
     ap.add_argument("--configs", action="store_true", help="also every cuda-flash serving configuration (KV-cache call)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--shapes", default="", help="decode shapes by index into the table (e.g. 0,2)")
@@ -483,7 +492,7 @@ def main():
     print("\n## summary: decode, microseconds (percentage of the copy bandwidth), fw cache / best SDPA")
     print(f"  {'shape':<24} {'fw dense':>14} {'fw cache':>14} {'fw paged16':>14} {'fw paged1':>14} {'best SDPA':>20} {'ratio':>6}")
     for shape in dict.fromkeys(r["shape"] for r in rows if r["shape"] != "ragged prefill"):
-        rs = {r["method"]: r for r in rows if r["shape"] == shape}
+        rs = {r["method"]: r for r in rows if r["shape"] == shape and "us" in r}
         cell = lambda m: f"{rs[m]['us']:7.1f} ({rs[m]['pct_copy']:3.0f}%)" if m in rs else "n/a"  # noqa: E731
         sd = [r for m, r in rs.items() if m.startswith("sdpa")]
         b = min(sd, key=lambda r: r["us"]) if sd else None

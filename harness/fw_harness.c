@@ -320,6 +320,13 @@ fw_status fw_run_forward(fw_run *r, fw_context *ctx)
     return fwh_sync(r);
 }
 
+fw_status fw_run_problem(const fw_run *r, fw_problem *p, char *msg, size_t len)
+{
+    if (r->c.kind != FW_CASE_DENSE) return fwh_serving_problem(r, p, msg, len);
+    *p = r->problem;
+    return FW_OK;
+}
+
 fw_status fw_run_supports(const fw_run *r, const char *name, char *why, size_t why_len)
 {
     if (r->c.kind != FW_CASE_DENSE) return fwh_serving_supports(r, name, why, why_len);

@@ -131,6 +131,10 @@ fw_status fw_run_scale_inputs(fw_run *r, float q_factor, float k_factor);
 fw_status fw_run_poison(fw_run *r);
 /* The case's call, then a device sync. */
 fw_status fw_run_forward(fw_run *r, fw_context *ctx);
+/* The problem a backend receives for the case's call (the tensors' own pointers, device ones on a GPU),
+ * for callers that drive a backend directly (flashwatt tune). r->problem of a GPU serving case holds
+ * host images instead (its counts and the comparison read them). */
+fw_status fw_run_problem(const fw_run *r, fw_problem *p, char *msg, size_t len);
 /* The case's call alone (asynchronous on a GPU), for timing loops. */
 fw_status fw_run_call(fw_run *r, fw_context *ctx);
 /* Can backend `name` run this case? FW_OK, or the status with the backend's reason in why (serving
@@ -142,6 +146,9 @@ fw_status fw_run_sync(fw_run *r);
 fw_status fw_run_compare(fw_run *r, fw_errors *e);
 /* Median milliseconds of reps forward calls after warmup calls (CUDA events on the GPU). */
 fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *median_ms);
+/* Milliseconds a call within one window of `calls` back-to-back calls (a GPU: between events, the host
+ * enqueuing ahead as an engine's loop does; the CPU: wall time), after the window's sync. */
+fw_status fw_run_time_window(fw_run *r, fw_context *ctx, int calls, double *ms_per_call);
 /* The same for any call: median milliseconds of reps calls of call(r, arg) after warmup ones, CUDA
  * events on the legacy default stream on the GPU, the host clock on the CPU. */
 typedef fw_status (*fw_timed_call)(fw_run *r, void *arg);

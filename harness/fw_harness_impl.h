@@ -46,6 +46,7 @@ void fwh_serving_free(fw_run *r);
 fw_status fwh_serving_poison(fw_run *r);
 fw_status fwh_serving_call(fw_run *r, fw_context *ctx);
 fw_status fwh_serving_compare(fw_run *r, fw_errors *e);
+fw_status fwh_serving_problem(const fw_run *r, fw_problem *p, char *msg, size_t len);
 fw_status fwh_serving_supports(const fw_run *r, const char *name, char *why, size_t why_len);
 double fwh_serving_bytes(const fw_run *r, int kv_only);
 const char *fwh_serving_label(const fw_case *c, char *buf, size_t len);

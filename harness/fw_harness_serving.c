@@ -370,6 +370,11 @@ fw_status fwh_serving_call(fw_run *r, fw_context *ctx)
                                         &r->o, r->lse, r->c.q_packed ? &r->seqs : NULL, &r->c.params);
 }
 
+fw_status fwh_serving_problem(const fw_run *r, fw_problem *p, char *msg, size_t len)
+{
+    return validate_call(r, p, msg, len);
+}
+
 fw_status fwh_serving_supports(const fw_run *r, const char *name, char *why, size_t why_len)
 {
     char dummy[1];

@@ -73,6 +73,36 @@ fw_status fw_run_time(fw_run *r, fw_context *ctx, int warmup, int reps, double *
     return fw_time_calls(r, forward_call, ctx, warmup, reps, median_ms);
 }
 
+fw_status fw_run_time_window(fw_run *r, fw_context *ctx, int calls, double *ms_per_call)
+{
+    if (calls < 1) calls = 1;
+    fw_status st = FW_OK;
+    if (!fwh_on_gpu(r)) {
+        const double t0 = fw_now_seconds();
+        for (int i = 0; i < calls && st == FW_OK; i++) st = fw_run_call(r, ctx);
+        *ms_per_call = (fw_now_seconds() - t0) * 1e3 / calls;
+        return st;
+    }
+#ifdef FW_HAVE_CUDA
+    cudaEvent_t ea, eb;
+    if (cudaEventCreate(&ea) != cudaSuccess) return FW_ERR_DEVICE;
+    if (cudaEventCreate(&eb) != cudaSuccess) {
+        cudaEventDestroy(ea);
+        return FW_ERR_DEVICE;
+    }
+    cudaEventRecord(ea, 0);
+    for (int i = 0; i < calls && st == FW_OK; i++) st = fw_run_call(r, ctx);
+    cudaEventRecord(eb, 0);
+    if (cudaEventSynchronize(eb) != cudaSuccess && st == FW_OK) st = FW_ERR_DEVICE;
+    float ms = 0;
+    if (st == FW_OK && cudaEventElapsedTime(&ms, ea, eb) != cudaSuccess) st = FW_ERR_DEVICE;
+    *ms_per_call = (double)ms / calls;
+    cudaEventDestroy(ea);
+    cudaEventDestroy(eb);
+#endif
+    return st;
+}
+
 typedef struct fwd_bwd_arg {
     fw_bwd *b;
     fw_context *ctx;

@@ -168,7 +168,8 @@ FW_API fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, cons
  * size is 1 and whose seq dimension is the total, e.g. fw_tensor_bshd(ptr, dt, dev, 1, H, total, D)
  * for a (total, H, D) buffer. Offsets are int32 and live on the tensors' device. Masks apply per
  * sequence exactly as in the dense call with that sequence's lengths (causal and windows aligned to
- * its bottom-right corner); an empty sequence (equal offsets) is allowed and writes nothing.
+ * its bottom-right corner); an empty sequence (equal offsets) is allowed and writes nothing. A packed
+ * tensor has at least one row (sizes are >= 1): a batch with no query at all is refused, skip the call.
  *
  * Values that live on the host (CPU tensors) are checked fully before anything runs: offsets that
  * start at 0, never decrease, end at the packed length and stay within max_seqlen; cache lengths >= 0

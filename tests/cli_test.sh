@@ -232,6 +232,26 @@ PY
     else echo "FAIL: serving bench JSON" >&2; failures=$((failures + 1)); fi
 fi
 
+# ---- tune on a serving call: its own bucket, which auto then runs ---------------------------
+expect 0 "tune a paged decode bucket" -- tune --device cpu --backend cpu-flash --seqlens-q 1,1,1 \
+    --seqlens-k 300,700,2000 --heads 8 --kv-heads 2 --head-dim 64 --kv-cache paged --page-size 16 --budget-s 2 \
+    --out "$TMP/tuning.txt"
+grep_in out " paged " "tune prints the call kind"
+grep -q "	paged$" "$TMP/tuning.txt" || { echo "FAIL: the table has no paged entry" >&2; failures=$((failures + 1)); }
+n=$((n + 1))
+FLASHWATT_TUNING="$TMP/tuning.txt" "$FW" bench --device cpu --backend auto --seqlens-q 1,1,1 --seqlens-k 300,700,2000 \
+    --heads 8 --kv-heads 2 --head-dim 64 --kv-cache paged --page-size 16 --reps 3 --json "$TMP/auto.json" >/dev/null 2>&1
+if grep -q "table: cpu-flash" "$TMP/auto.json"; then echo "ok: auto takes the paged bucket's entry"
+else echo "FAIL: auto on the tuned paged call did not use the table" >&2; cat "$TMP/auto.json" >&2; failures=$((failures + 1)); fi
+n=$((n + 1))
+FLASHWATT_TUNING="$TMP/tuning.txt" "$FW" bench --device cpu --backend auto --seqlens-q 1,1,1 --seqlens-k 300,700,2000 \
+    --heads 8 --kv-heads 2 --head-dim 64 --kv-cache contiguous --reps 3 --json "$TMP/auto2.json" >/dev/null 2>&1
+if grep -q "registry order" "$TMP/auto2.json"; then echo "ok: a contiguous cache does not take the paged entry"
+else echo "FAIL: the contiguous call took another bucket's entry" >&2; cat "$TMP/auto2.json" >&2; failures=$((failures + 1)); fi
+expect 1 "tune with nothing to measure fails" -- tune --device cpu --backend cpu-naive --seqlens-q 1,1 \
+    --seqlens-k 30,70 --heads 2 --head-dim 16 --kv-cache contiguous --budget-s 1 --out "$TMP/tuning2.txt"
+grep_in out "nothing to measure (cpu-naive: " "tune says why a bucket has nothing to measure"
+
 # ---- what a newcomer hits: outputs checked first, minimums, progress, messages ------------------
 start=$(date +%s)
 expect 2 "--csv into a missing directory, refused before the run" -- bench --backend cpu-ref --seqlen 4096 \

@@ -10,6 +10,9 @@
  *   - a stale entry (a configuration the backend no longer has) is skipped;
  *   - no table, or an entry-less bucket: registry order (today's behaviour);
  *   - a missing or malformed file: a clear message, built-in defaults, no crash;
+ *   - serving calls have buckets of their own kind (varlen, cache, paged): a paged decode bucket's
+ *     entry is chosen for that call only, never for a contiguous cache or a dense call of the same
+ *     sizes; the kind survives the file (v3) and v2 files read as dense;
  *   - the outputs of the picked configurations are still correct (float64 reference);
  *   - tools/energy.c's energy window on a fake GPU drawing a constant (fake) 300 W: J/call, average,
  *     peak, standard deviation, power trace; and n/a (NaN, never 0) without telemetry. */
@@ -123,6 +126,77 @@ static void expect(const char *label, const fw_policy *p, fw_dtype dtype, const 
     fwt_case(ok && !strcmp(b, want_backend) && strstr(choice, want_in_choice) != NULL,
              "%s: ran %s, correct %d, choice \"%s\" (want %s, \"%s\")", label, b, ok, choice, want_backend,
              want_in_choice);
+}
+
+/* One forward of r in a fresh context; the scheduler's choice into choice, correctness into *correct. */
+static void run_case(fw_run *r, char *choice, size_t len, int *correct)
+{
+    fw_context *ctx = NULL;
+    fw_errors e;
+    *correct = 0;
+    snprintf(choice, len, "(no run)");
+    if (fw_context_create(&ctx) != FW_OK) return;
+    fw_context_set_threads(ctx, 1);
+    if (fw_run_poison(r) == FW_OK && fw_run_forward(r, ctx) == FW_OK && fw_run_compare(r, &e) == FW_OK)
+        *correct = e.pass;
+    snprintf(choice, len, "%s", fw_sched_last_choice(fw_context_sched(ctx)));
+    fw_context_destroy(ctx);
+}
+
+/* Serving buckets: a decode step against a paged cache, the same against a contiguous one, and the
+ * dense call of the same sizes land in three buckets; an entry of the paged one steers only it. */
+static void test_call_kinds(void)
+{
+    const int32_t sq[2] = {1, 1}, sk[2] = {40, 60};
+    fw_case cp = fw_case_serving(FW_CASE_KVCACHE, 2, sq, sk, H, H, D, FW_F32, 11);
+    cp.page_size = 16;
+    fw_case cc = fw_case_serving(FW_CASE_KVCACHE, 2, sq, sk, H, H, D, FW_F32, 12);
+    fw_run rp, rc, rd;
+    char msg[256];
+    int ok = fw_run_alloc(&rp, &cp, msg, sizeof msg) == FW_OK;
+    ok = ok && fw_run_alloc(&rc, &cc, msg, sizeof msg) == FW_OK;
+    fw_case cd = fw_case_shape(2, H, H, 1, rp.problem.seqlen_k, D, FW_F32, 13);
+    ok = ok && fw_run_alloc(&rd, &cd, msg, sizeof msg) == FW_OK;
+    if (!fwt_case(ok, "serving cases set up: %s", ok ? "" : msg)) return;
+    const fw_tune_key kp = fw_sched_key(&rp.problem), kc = fw_sched_key(&rc.problem), kd = fw_sched_key(&rd.problem);
+    fwt_case(kp.call == FW_TUNE_PAGED && kc.call == FW_TUNE_CACHE && kd.call == FW_TUNE_DENSE,
+             "call kinds of the keys: paged %s, contiguous %s, dense %s", fw_tune_call_name(kp.call),
+             fw_tune_call_name(kc.call), fw_tune_call_name(kd.call));
+    fwt_case(kp.bh == kd.bh && kp.lq == kd.lq && kp.lk == kd.lk && !fw_tune_key_equal(&kp, &kd) &&
+                 !fw_tune_key_equal(&kp, &kc),
+             "same sizes (bh %lld lq %lld lk %lld), different buckets", (long long)kp.bh, (long long)kp.lq,
+             (long long)kp.lk);
+    /* the table as `flashwatt tune` writes it: one entry (cpu-ref, which the registry order never
+     * picks first) for the paged bucket only */
+    fw_tuning_table t;
+    fw_tune_init(&t);
+    fw_tune_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = kp;
+    snprintf(e.backend, sizeof e.backend, "cpu-ref");
+    e.ms = 0.1; /* FAKE */
+    char why[512] = "";
+    ok = fw_tune_put(&t, &e) == FW_OK && fw_tune_save(&t, table_path, why, sizeof why) == FW_OK;
+    fw_tune_free(&t);
+    fw_tune_init(&t);
+    ok = ok && fw_tune_load(&t, table_path, why, sizeof why) == FW_OK && t.n == 1 && fw_tune_key_equal(&t.e[0].key, &kp);
+    fwt_case(ok, "a paged bucket's entry survives save and load (%s)", why);
+    fw_tune_free(&t);
+    setenv("FLASHWATT_TUNING", table_path, 1);
+    char choice[400];
+    int correct;
+    run_case(&rp, choice, sizeof choice, &correct);
+    fwt_case(correct && strstr(choice, "table: cpu-ref"), "paged decode: its entry (\"%s\", correct %d)", choice,
+             correct);
+    run_case(&rc, choice, sizeof choice, &correct);
+    fwt_case(correct && strstr(choice, "registry order"), "contiguous cache: not the paged entry (\"%s\", correct %d)",
+             choice, correct);
+    run_case(&rd, choice, sizeof choice, &correct);
+    fwt_case(correct && strstr(choice, "registry order"), "dense call: not the paged entry (\"%s\", correct %d)", choice,
+             correct);
+    fw_run_free(&rp);
+    fw_run_free(&rc);
+    fw_run_free(&rd);
 }
 
 /* The pure selection on the fixture, without running anything. */
@@ -324,12 +398,17 @@ int main(void)
         fw_context_destroy(ctx);
     }
 
-    /* 3. malformed files: clear message, built-in defaults, still runs */
+    /* 3. serving buckets */
+    test_call_kinds();
+
+    /* 4. malformed files: clear message, built-in defaults, still runs */
     const char *bad[] = {
         "not a table\n",
         "# flashwatt tuning table v2\ncpu\tf32\t16\t0\t2\t64\t64\tcpu-ref\t-\tfast\t0.3\t300\t320\t0\texact\t0\t1\n",
         "# flashwatt tuning table v2\ncpu\tf32\t16\t0\t2\t64\t64\tcpu-ref\t-\t1.0\t0.3\t300\t320\t0\tfp8\t0\t1\n",
         "# flashwatt tuning table v2\ncpu\tf32\t16\n",
+        "# flashwatt tuning table v3\ncpu\tf32\t16\t0\t2\t64\t64\tcpu-ref\t-\t1.0\t0.3\t300\t320\t0\texact\t0\t1\tpacked\n",
+        "# flashwatt tuning table v3\ncpu\tf32\t16\t0\t2\t64\t64\tcpu-ref\t-\t1.0\t0.3\t300\t320\t0\texact\t0\t1\n",
         "",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -89,6 +89,9 @@ int fw_args_backend_info(const char *name, fw_backend_info *out);
 /* Did the user give any shape flag (batch, heads, kv-heads, seqlen, seqlen-k, head-dim, dtype,
  * causal, window, layout, or a serving flag)? */
 int fw_args_any_shape(const fw_cli *cli);
+/* The cross product of the shape flags (defaults where a flag is absent; a serving batch where its
+ * flags are given) into out; the count, or -1 when more than max. In suites.c. */
+int fw_args_shapes(const fw_cli *cli, fw_shape *out, int max);
 
 /* The backends to run and where each runs.
  * Named backends (--backend): each on its own device kind (cuda index from --device), "all" =

@@ -37,6 +37,9 @@ void fw_usage_tune(FILE *f)
             "  --suite NAME      the buckets of a named workload (see flashwatt bench --list-suites)\n"
             "  shape flags       --batch --heads --kv-heads --seqlen --seqlen-k --head-dim --dtype\n"
             "                    --causal (comma lists, cross product; as in bench)\n"
+            "  serving flags     --seqlens-q --seqlens-k --kv-cache --page-size --append: one ragged\n"
+            "                    batch or decode step (as in bench); its buckets are apart from the\n"
+            "                    dense call's (call kind: varlen, cache, paged)\n"
             "  --backend NAMES   only these backends (default: every usable backend of the device)\n"
             "  --device D        cpu | cuda | cuda:N (default: a GPU if one is visible)\n"
             "  --precision LIST  modes tried for f32 buckets: exact,tf32,3xtf32,bf16 (default all; each\n"
@@ -150,33 +153,12 @@ int fw_cmd_tune(int argc, char **argv)
     if (suite) {
         nshapes = suite->shapes(dev.kind, shapes, MAX_SHAPES);
     } else {
-        /* the cross product of the shape flags (defaults where a flag is absent) */
-#define VAL(l, i, d) ((l).n ? (l).v[i] : (d))
-#define CNT(l) ((l).n ? (l).n : 1)
-        for (int a = 0; a < CNT(cli.batch); a++)
-        for (int b = 0; b < CNT(cli.heads); b++)
-        for (int c = 0; c < CNT(cli.kv_heads); c++)
-        for (int d = 0; d < CNT(cli.seqlen); d++)
-        for (int e = 0; e < CNT(cli.seqlen_k); e++)
-        for (int f = 0; f < CNT(cli.head_dim); f++)
-        for (int g = 0; g < CNT(cli.dtype); g++)
-        for (int h = 0; h < CNT(cli.causal); h++) {
-            if (nshapes >= MAX_SHAPES) break;
-            fw_shape s;
-            memset(&s, 0, sizeof s);
-            s.batch = VAL(cli.batch, a, FW_DEFAULT_BATCH);
-            s.heads = VAL(cli.heads, b, FW_DEFAULT_HEADS);
-            s.kv_heads = VAL(cli.kv_heads, c, s.heads);
-            s.seqlen_q = VAL(cli.seqlen, d, FW_DEFAULT_SEQLEN);
-            s.seqlen_k = VAL(cli.seqlen_k, e, s.seqlen_q);
-            s.head_dim = VAL(cli.head_dim, f, FW_DEFAULT_HEAD_DIM);
-            s.dtype = (fw_dtype)VAL(cli.dtype, g, FW_F32);
-            s.causal = (int)VAL(cli.causal, h, 0);
-            s.window_left = s.window_right = FW_WINDOW_UNLIMITED;
-            shapes[nshapes++] = s;
+        /* the cross product of the shape flags, or the one serving batch they describe */
+        nshapes = fw_args_shapes(&cli, shapes, MAX_SHAPES);
+        if (nshapes < 0) {
+            fprintf(stderr, "flashwatt tune: the shape flags give more than %d buckets\n", MAX_SHAPES);
+            return 2;
         }
-#undef VAL
-#undef CNT
     }
     for (int i = 0; i < nshapes; i++) shapes[i].threads = cli.threads.n ? (int)cli.threads.v[0] : 0;
 
@@ -213,8 +195,8 @@ int fw_cmd_tune(int argc, char **argv)
            tel ? "on" : "n/a", tel ? "" : ": ", tel ? "" : ewhy, path, kept, kept == 1 ? "y" : "ies");
     if (tel) printf("idle baseline %.1f W (NVML %d), cool-down <= %.1f s, windows %.1f s\n", idle_w, gpu, cli.cooldown_s,
                     cli.window_s);
-    printf("%-15s %-22s %-6s %-5s %5s %6s %6s %4s %10s %10s %8s %8s %9s\n", "backend", "config", "prec", "dtype", "BH",
-           "Lq", "Lk", "D", "ms", "J/call", "avg W", "peak W", "err");
+    printf("%-15s %-22s %-6s %-6s %-5s %5s %6s %6s %4s %10s %10s %8s %8s %9s\n", "backend", "config", "prec", "call",
+           "dtype", "BH", "Lq", "Lk", "D", "ms", "J/call", "avg W", "peak W", "err");
 
     const double start = fw_now_seconds();
     int measured = 0, failed = 0;
@@ -229,11 +211,20 @@ int fw_cmd_tune(int argc, char **argv)
             failed++;
             continue;
         }
-        fw_tune_key key = fw_sched_key(&r.problem);
+        char label[256];
+        fw_problem call; /* what a backend receives (device pointers on a GPU) */
+        if (fw_run_problem(&r, &call, msg, sizeof msg) != FW_OK) {
+            fprintf(stderr, "flashwatt tune: cannot set up %s: %s\n", fw_shape_text(s, label, sizeof label), msg);
+            fw_run_free(&r);
+            failed++;
+            continue;
+        }
+        fw_tune_key key = fw_sched_key(&call);
         /* the items: (backend, precision, config); defaults first */
         typedef struct item { const fw_backend *b; fw_precision prec; fw_config cfg; } item;
         item *items = (item *)calloc(MAX_ITEMS, sizeof *items);
         int nitems = 0;
+        char refused[320] = "no backend of the plan is usable on this device";
         for (int pass = 0; pass < 2 && items; pass++)
             for (int bi = 0; bi < plan.n; bi++) {
                 const fw_backend *b = fw_registry_find(plan.name[bi]);
@@ -241,10 +232,13 @@ int fw_cmd_tune(int argc, char **argv)
                 if (!b || b->device != dev.kind || !b->available(bw, sizeof bw)) continue;
                 for (int pr = 0; pr < 4; pr++) {
                     if (!want_prec[pr] || (pr != FW_PRECISION_EXACT && s->dtype != FW_F32)) continue;
-                    fw_problem pp = r.problem;
+                    fw_problem pp = call;
                     pp.precision = (fw_precision)pr;
                     pp.knobs = &knobs;
-                    if (!b->supports(&pp, bw, sizeof bw)) continue;
+                    if (!b->supports(&pp, bw, sizeof bw)) {
+                        if (pr == FW_PRECISION_EXACT) snprintf(refused, sizeof refused, "%s: %.280s", b->name, bw);
+                        continue;
+                    }
                     fw_config all[FW_MAX_CONFIGS];
                     int n = b->configs ? b->configs(&pp, all, FW_MAX_CONFIGS) : 0;
                     if (n < 1) {
@@ -260,6 +254,10 @@ int fw_cmd_tune(int argc, char **argv)
                     }
                 }
             }
+        if (items && nitems == 0) {
+            printf("%s: nothing to measure (%s)\n", fw_shape_text(s, label, sizeof label), refused);
+            failed++;
+        }
         /* the float64 comparison (the error the reduced-precision budget is held to) only where it is
          * affordable: --max-ref-s and half the bucket's share, at a conservative 2 GFLOP/s */
         /* each bucket gets an equal share of what is left, so late buckets are not starved */
@@ -280,7 +278,7 @@ int fw_cmd_tune(int argc, char **argv)
                 break;
             }
             item *x = &items[it];
-            fw_problem pp = r.problem;
+            fw_problem pp = call;
             pp.precision = x->prec;
             pp.knobs = &knobs;
             tune_arg ta;
@@ -388,8 +386,8 @@ int fw_cmd_tune(int argc, char **argv)
             if (e.avg_w > 0) snprintf(aw, sizeof aw, "%.1f", e.avg_w);
             if (e.peak_w > 0) snprintf(pw, sizeof pw, "%.1f", e.peak_w);
             if (e.err_valid) snprintf(es, sizeof es, "%.2e", e.err);
-            printf("%-15s %-22s %-6s %-5s %5lld %6lld %6lld %4d %10.4f %10s %8s %8s %9s\n", e.backend, cname,
-                   fw_precision_name(e.precision), fw_dtype_name(key.dtype), (long long)(s->batch * s->heads),
+            printf("%-15s %-22s %-6s %-6s %-5s %5lld %6lld %6lld %4d %10.4f %10s %8s %8s %9s\n", e.backend, cname,
+                   fw_precision_name(e.precision), fw_tune_call_name(key.call), fw_dtype_name(key.dtype), (long long)(s->batch * s->heads),
                    (long long)s->seqlen_q, (long long)s->seqlen_k, key.head_dim, e.ms, js, aw, pw, es);
             fflush(stdout);
         }

@@ -112,9 +112,10 @@ void fw_report_bandwidth(FILE *f, const fw_row *rows, int n)
     for (int i = 0; i < n; i++) any |= rows[i].status == FW_ROW_OK && isfinite(rows[i].kv_bytes);
     if (!any) return;
     fprintf(f, "\nKV-cache bandwidth: GB/s = K+V bytes read per call / median time; copy = a copy on the same device "
-               "right after the row, bytes read + written (GPU: device-to-device cudaMemcpy, median of 9; CPU: "
-               "multi-threaded memcpy); %% copy: GPU the two medians, CPU the median of 9 rounds of one copy then one "
-               "call (paired against other load); J/token = joules per call / new tokens\n");
+               "beside each round, bytes read + written (GPU: device-to-device cudaMemcpy; CPU: multi-threaded memcpy); "
+               "%% copy: the median over 9 rounds of a copy then the call (GPU: us = a call in ~20 ms windows of "
+               "back-to-back calls, the median of the rounds; CPU: one call, paired against other load); "
+               "J/token = joules per call / new tokens\n");
     fprintf(f, "%-14s %-6s %10s %9s %9s %7s %10s  %s\n", "backend", "device", "us", "GB/s", "copy GB/s", "% copy",
             "J/token", "shape");
     for (int i = 0; i < n; i++) {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "suites.h"
+#include "args.h"
 
 static fw_shape shape(int64_t b, int64_t h, int64_t l, int64_t d, fw_dtype t, int causal)
 {
@@ -265,4 +266,41 @@ const char *fw_shape_text(const fw_shape *s, char *buf, size_t len)
     if (n < len && s->layout_bshd) n += (size_t)snprintf(buf + n, len - n, " bshd");
     if (n < len && s->threads) snprintf(buf + n, len - n, " threads=%d", s->threads);
     return buf;
+}
+
+/* ---- the shapes of the command line ---------------------------------------------------------- */
+int fw_args_shapes(const fw_cli *cli, fw_shape *out, int max)
+{
+#define VAL(l, i, d) ((l).n ? (l).v[i] : (d))
+#define CNT(l) ((l).n ? (l).n : 1)
+    int n = 0;
+    for (int a = 0; a < CNT(cli->batch); a++)
+    for (int b = 0; b < CNT(cli->heads); b++)
+    for (int c = 0; c < CNT(cli->kv_heads); c++)
+    for (int d = 0; d < CNT(cli->seqlen); d++)
+    for (int e = 0; e < CNT(cli->seqlen_k); e++)
+    for (int f = 0; f < CNT(cli->head_dim); f++)
+    for (int g = 0; g < CNT(cli->dtype); g++)
+    for (int h = 0; h < CNT(cli->causal); h++)
+    for (int i = 0; i < CNT(cli->layout); i++) {
+        if (n >= max) return -1;
+        fw_shape s;
+        memset(&s, 0, sizeof s);
+        s.batch = VAL(cli->batch, a, FW_DEFAULT_BATCH);
+        s.heads = VAL(cli->heads, b, FW_DEFAULT_HEADS);
+        s.kv_heads = VAL(cli->kv_heads, c, s.heads);
+        s.seqlen_q = VAL(cli->seqlen, d, FW_DEFAULT_SEQLEN);
+        s.seqlen_k = VAL(cli->seqlen_k, e, s.seqlen_q);
+        s.head_dim = VAL(cli->head_dim, f, FW_DEFAULT_HEAD_DIM);
+        s.dtype = (fw_dtype)VAL(cli->dtype, g, FW_F32);
+        s.causal = (int)VAL(cli->causal, h, 0);
+        s.layout_bshd = (int)VAL(cli->layout, i, 0);
+        s.window_left = cli->have_window ? cli->window_left : FW_WINDOW_UNLIMITED;
+        s.window_right = cli->have_window ? cli->window_right : FW_WINDOW_UNLIMITED;
+        if (cli->serving.nseq) fw_shape_set_serving(&s, &cli->serving); /* one ragged batch, its own lengths */
+        out[n++] = s;
+    }
+    return n;
+#undef VAL
+#undef CNT
 }

@@ -111,6 +111,10 @@ static fw_tune_key key_named(const fw_problem *p, const char *name)
     fw_tune_key k = fw_tune_key_make(name, p->dtype, (int)p->head_dim, p->causal, p->batch * p->heads, p->seqlen_q,
                                      p->seqlen_k);
     k.group = p->group > 1 ? p->group : 1;
+    k.call = p->kind == FW_CALL_VARLEN    ? FW_TUNE_VARLEN
+             : p->kind != FW_CALL_KVCACHE ? FW_TUNE_DENSE
+             : p->block_table             ? FW_TUNE_PAGED
+                                          : FW_TUNE_CACHE;
     return k;
 }
 

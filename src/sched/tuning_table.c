@@ -9,10 +9,29 @@
 #include <string.h>
 #include "tuning_table.h"
 
-#define TT_HEADER "# flashwatt tuning table v2"
+#define TT_HEADER "# flashwatt tuning table v3"
+#define TT_HEADER_V2 "# flashwatt tuning table v2"
 #define TT_HEADER_V1 "# flashwatt tuning table v1"
-#define TT_FIELDS 17
+#define TT_FIELDS 18
+#define TT_FIELDS_V2 17
 #define TT_FIELDS_V1 14
+
+static const char *const call_names[] = {"dense", "varlen", "cache", "paged"};
+
+const char *fw_tune_call_name(fw_tune_call c)
+{
+    return (unsigned)c < sizeof call_names / sizeof call_names[0] ? call_names[c] : "?";
+}
+
+int fw_tune_call_parse(const char *s, fw_tune_call *out)
+{
+    for (unsigned i = 0; i < sizeof call_names / sizeof call_names[0]; i++)
+        if (s && strcmp(s, call_names[i]) == 0) {
+            *out = (fw_tune_call)i;
+            return 0;
+        }
+    return -1;
+}
 
 const char *fw_precision_name(fw_precision p)
 {
@@ -69,7 +88,7 @@ int fw_tune_key_equal(const fw_tune_key *a, const fw_tune_key *b)
 {
     return strcmp(a->device, b->device) == 0 && a->dtype == b->dtype && a->head_dim == b->head_dim &&
            a->causal == b->causal && a->bh == b->bh && a->lq == b->lq && a->lk == b->lk &&
-           (a->group > 1 ? a->group : 1) == (b->group > 1 ? b->group : 1);
+           (a->group > 1 ? a->group : 1) == (b->group > 1 ? b->group : 1) && a->call == b->call;
 }
 
 void fw_tune_init(fw_tuning_table *t) { memset(t, 0, sizeof *t); }
@@ -154,7 +173,7 @@ fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, si
         return FW_ERR_INVALID_VALUE;
     }
     fprintf(f, "%s\n# device\tdtype\thead_dim\tcausal\tbh\tlq\tlk\tbackend\tconfig\tms\tj_per_call\tavg_w\tpeak_w\tstamp"
-               "\tprecision\terr\tgroup\n",
+               "\tprecision\terr\tgroup\tcall\n",
             TT_HEADER);
     for (int i = 0; i < t->n; i++) {
         const fw_tune_entry *e = &t->e[i];
@@ -167,7 +186,7 @@ fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, si
         fprintf(f, "\t%lld\t%s", (long long)e->stamp, fw_precision_name(e->precision));
         if (e->err_valid) fprintf(f, "\t%.6g", e->err);
         else fprintf(f, "\tn/a");
-        fprintf(f, "\t%lld\n", (long long)(e->key.group > 1 ? e->key.group : 1));
+        fprintf(f, "\t%lld\t%s\n", (long long)(e->key.group > 1 ? e->key.group : 1), fw_tune_call_name(e->key.call));
     }
     int bad = ferror(f);
     if (fclose(f) != 0) bad = 1;
@@ -216,7 +235,7 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
     fw_tuning_table add;
     fw_tune_init(&add);
     char line[2048];
-    int lineno = 0, version = 2;
+    int lineno = 0, version = 3;
     fw_status st = FW_OK;
     while (fgets(line, sizeof line, f)) {
         lineno++;
@@ -230,19 +249,21 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
         if (len && line[len - 1] == '\r') line[--len] = 0;
         if (lineno == 1) {
             if (strcmp(line, TT_HEADER_V1) == 0) version = 1;
+            else if (strcmp(line, TT_HEADER_V2) == 0) version = 2;
             else if (strcmp(line, TT_HEADER) != 0) {
-                snprintf(why, why_len, "%s: not a flashwatt tuning table v1 or v2 (first line '%.60s')", path, line);
+                snprintf(why, why_len, "%s: not a flashwatt tuning table v1, v2 or v3 (first line '%.60s')", path, line);
                 st = FW_ERR_INVALID_VALUE;
                 break;
             }
             continue;
         }
         if (len == 0 || line[0] == '#') continue;
+        const int want = version == 1 ? TT_FIELDS_V1 : version == 2 ? TT_FIELDS_V2 : TT_FIELDS;
         char *fld[TT_FIELDS];
         int nf = 0;
         char *p = line;
         for (;;) {
-            if (nf == (version == 1 ? TT_FIELDS_V1 : TT_FIELDS)) {
+            if (nf == want) {
                 nf++;
                 break;
             }
@@ -254,7 +275,6 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
         }
         fw_tune_entry e;
         memset(&e, 0, sizeof e);
-        const int want = version == 1 ? TT_FIELDS_V1 : TT_FIELDS;
         int ok = nf == want;
         if (ok) {
             copy_clean(e.key.device, sizeof e.key.device, fld[0]);
@@ -287,11 +307,12 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
                 }
                 ok = ok && parse_int64(fld[16], &e.key.group) == 0 && e.key.group >= 1;
             }
+            if (ok && version >= 3) ok = fw_tune_call_parse(fld[17], &e.key.call) == 0;
         }
         if (!ok) {
             snprintf(why, why_len, "%s line %d: expected %d tab-separated fields (device dtype head_dim causal bh lq lk "
                                    "backend config ms j_per_call avg_w peak_w stamp%s) with valid values",
-                     path, lineno, want, version == 1 ? "" : " precision err group");
+                     path, lineno, want, version == 1 ? "" : version == 2 ? " precision err group" : " precision err group call");
             st = FW_ERR_INVALID_VALUE;
             break;
         }
