@@ -42,6 +42,10 @@ Commands run in the order given (minutes on one H100 in brackets):
   pytest    python/tests with the GPU, and python/examples/gpt_block.py [2]
   floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes) and
             launch_overhead (what a call costs the host before its kernel runs) [1]
+  overhead  the host cost of a call from Python beside SDPA (torch CUDA, bf16 (1, 8, 1, 64)): eager forward,
+            forward with grad, fwd+bwd step, the three under torch.compile, the forward and the step
+            replayed from a torch.cuda.graph, the custom op and the bare C calls
+            (bench/host_overhead.py --compiled) [2]
   cpu       fma_peak, then cpu_flash_bench against that peak: cpu-flash vs cpu-naive (any machine) [2]
   all       build test sanitize fwd bwd f32 pytest [25]: more than one 10-minute device call, so
             split it on one machine (the build directory stays between calls): `build test
@@ -72,7 +76,7 @@ while [ $# -gt 0 ]; do
         --variants) VARIANTS=1 ;;
         --ext) EXT=1 ;;
         all) CMDS+=(build test sanitize fwd bwd f32 pytest) ;;
-        build | test | sanitize | fwd | bwd | f32 | sdpa | serving | energy | pytest | floors | cpu) CMDS+=("$1") ;;
+        build | test | sanitize | fwd | bwd | f32 | sdpa | serving | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
         *) echo "device.sh: unknown command or option '$1' (bench/device.sh help lists them)" >&2; exit 2 ;;
     esac
     shift
@@ -473,6 +477,16 @@ cmd_floors() {
         cat "$LOGS/$prog.log"
         record "$prog" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
     done
+}
+
+cmd_overhead() {
+    need_build
+    local t0=$SECONDS rc
+    step "bench/host_overhead.py --device cuda --compiled: a call's host cost beside SDPA's"
+    py 300 host_overhead.log bench/host_overhead.py --device cuda --compiled --json "$LOGS/host_overhead.json"
+    rc=$?
+    cat "$LOGS/host_overhead.log"
+    record "overhead" "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/host_overhead.log")"
 }
 
 cmd_cpu() {

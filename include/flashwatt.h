@@ -28,9 +28,7 @@ extern "C" {
 #define FW_API
 #endif
 
-#define FW_VERSION_MAJOR 0
-#define FW_VERSION_MINOR 1
-#define FW_VERSION_PATCH 0
+#include "flashwatt_version.h" /* FW_VERSION_MAJOR/MINOR/PATCH/STRING, generated from CMake's project(VERSION) */
 #define FW_MAX_HEAD_DIM 256
 
 typedef enum fw_status {

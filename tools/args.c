@@ -15,7 +15,7 @@ typedef enum kind {
     K_DEVICE,
     K_SEED,
     K_INT,      /* one integer >= min */
-    K_DOUBLE,   /* one number >= 0 */
+    K_DOUBLE,   /* one number >= min */
     K_STR,
     K_FLAG,
     K_LENS      /* comma list of per-sequence lengths >= 0 (one ragged batch) */
@@ -63,7 +63,7 @@ static const opt opts[] = {
     {"list-suites", K_FLAG, 1, 0, OFF(list_suites)},
     {"energy", K_CAUSAL, 1, 0, OFF(energy)},
     {"cooldown", K_DOUBLE, 1, 0, OFF(cooldown_s)},
-    {"window-s", K_DOUBLE, 1, 0, OFF(window_s)},
+    {"window-s", K_DOUBLE, 1, 1, OFF(window_s)}, /* the power reading refreshes every ~0.1 s: windows >= 1 s */
     {"plot", K_STR, 1, 0, OFF(plot)},
     {"policy", K_STR, 1, 0, OFF(policy)},
     {"budget-s", K_DOUBLE, 1, 0, OFF(budget_s)},
@@ -285,8 +285,8 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
         char *end;
         errno = 0;
         double x = strtod(val, &end);
-        if (errno || end == val || *end || !(x >= 0) || x > 1e9) {
-            snprintf(err, err_len, "--%s: '%s' is not a number of seconds >= 0", o->name, val);
+        if (errno || end == val || *end || !(x >= (double)o->min) || x > 1e9) {
+            snprintf(err, err_len, "--%s: '%s' is not a number of seconds >= %lld", o->name, val, (long long)o->min);
             return 2;
         }
         *(double *)(base + o->off) = x;

@@ -12,7 +12,7 @@ import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _lib
-from ._attention import call_with_backend, make_params, raise_for
+from ._attention import call_with_backend, normalize_params, pack_params, raise_for
 from ._context import Context, default_context
 
 Named = Sequence[Tuple[str, Any]]
@@ -263,14 +263,25 @@ def _max_seqlen(value: Any, name: str) -> int:
     return _lib.check_int(value, name, *_lib.INT64_RANGE)
 
 
-def _context(context: Optional[Context], backend: Optional[str]) -> Context:
+def _check_call(context: Optional[Context], backend: Optional[str]) -> str:
     if context is not None and not isinstance(context, Context):
         raise TypeError(f"context must be a flashwatt.Context, got {type(context).__name__}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str, got {backend!r}")
+    return "auto" if backend is None else backend
+
+
+def _context(context: Optional[Context]) -> Context:
     ctx = context if context is not None else default_context()
     _lib.require_serving(ctx._lib)
     return ctx
+
+
+def _through_ops(arrays, *ts: Any) -> bool:
+    """Whether a torch call goes through its custom op (while torch.compile traces; tensors without data)."""
+    if not isinstance(arrays, _TorchArrays):
+        return False
+    return arrays._torch.use_ops(*(t for t in ts if t is not None))
 
 
 # ---- the calls -----------------------------------------------------------------------------------
@@ -325,13 +336,30 @@ def attention_varlen(
         TypeError / ValueError: an argument the binding cannot hand to the library (wrong dtype of
             an offsets array, wrong length, another device, an int out of range...).
     """
-    params = make_params(causal, scale, window)
-    ctx = _context(context, backend)
+    masking = normalize_params(causal, scale, window)
+    backend = _check_call(context, backend)
     named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
     arrays = _arrays_of(named)
     max_q, max_k = _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k")
-    _same_device(arrays, ctx, named)
     arrays.check_no_grad("attention_varlen", named[:3])
+    if _through_ops(arrays, q, k, v, cu_seqlens_q, cu_seqlens_k):
+        o, lse = arrays.torch.ops.flashwatt.attention_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, *masking, return_lse, backend,
+            context.op_id if context is not None else 0)
+    else:
+        o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking), return_lse,
+                             backend, context, arrays)
+    return (o, lse) if return_lse else o
+
+
+def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_q: int, max_k: int, params: bytes,
+                want_lse: bool, backend: str, context: Optional[Context], arrays: Any = None) -> Tuple[Any, Any]:
+    """The ragged call on checked scalar arguments (eagerly, and as the op flashwatt::attention_varlen):
+    (output, lse or None)."""
+    ctx = _context(context)
+    named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
+    arrays = arrays if arrays is not None else _arrays_of(named)
+    _same_device(arrays, ctx, named)
     doc_q, doc_k = "(total_q, heads, head_dim)", "(total_k, kv_heads, head_dim)"
     q = _floats(arrays, q, "q", 3, doc_q)
     k, v = _floats(arrays, k, "k", 3, doc_k), _floats(arrays, v, "v", 3, doc_k)
@@ -341,13 +369,13 @@ def attention_varlen(
     cu_k = _int32_vector(arrays, cu_seqlens_k, "cu_seqlens_k", batch + 1,
                          f"batch + 1 offsets, as cu_seqlens_q has for {batch} sequences")
     o = arrays.empty_like(q)
-    lse = arrays.empty_f32((q.shape[1], q.shape[0]), q) if return_lse else None
+    lse = arrays.empty_f32((q.shape[1], q.shape[0]), q) if want_lse else None
     d = [_packed_desc(arrays, t) for t in (q, k, v, o)]
     seqs = _lib.pack_varlen(batch, cu_q, cu_k, max_q, max_k)
     lse_p = arrays.raw(lse)[0] if lse is not None else None
-    fn, h, pb = ctx._lib.fw_varlen_packed, ctx.handle, bytes(params)
+    fn, h, pb = ctx._lib.fw_varlen_packed, ctx.handle, params
     raise_for(*arrays.run(ctx, backend, q, lambda: fn(h, d[0], d[1], d[2], d[3], lse_p, seqs, pb)))
-    return (o, lse) if return_lse else o
+    return o, lse
 
 
 def attention_with_kvcache(
@@ -401,8 +429,8 @@ def attention_with_kvcache(
         FlashwattError / TypeError / ValueError: as :func:`attention_varlen`; also a ValueError when
             the cache cannot be used in place or only one of k, v is given.
     """
-    params = make_params(causal, scale, window)
-    ctx = _context(context, backend)
+    masking = normalize_params(causal, scale, window)
+    backend = _check_call(context, backend)
     named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
              ("block_table", block_table), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q))
     arrays = _arrays_of(named)
@@ -412,10 +440,31 @@ def attention_with_kvcache(
     if packed != (max_seqlen_q is not None):
         raise ValueError("cu_seqlens_q and max_seqlen_q go together: both for packed (total_q, heads, "
                          "head_dim) queries, neither for (batch, seqlen_q, heads, head_dim)")
-    max_q = _max_seqlen(max_seqlen_q, "max_seqlen_q") if packed else 0
-    _same_device(arrays, ctx, named)
+    max_q = _max_seqlen(max_seqlen_q, "max_seqlen_q") if packed else None
     arrays.check_no_grad("attention_with_kvcache", (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
                                                     ("k", k), ("v", v)))
+    if _through_ops(arrays, q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q):
+        o, lse = arrays.torch.ops.flashwatt.attention_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q, max_q, *masking, return_lse, backend,
+            context.op_id if context is not None else 0)
+    else:
+        o, lse = kvcache_call(q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q, max_q,
+                              pack_params(*masking), return_lse, backend, context, arrays)
+    return (o, lse) if return_lse else o
+
+
+def kvcache_call(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any, k: Any, v: Any,
+                 cu_seqlens_q: Any, max_q: Optional[int], params: bytes, want_lse: bool, backend: str,
+                 context: Optional[Context], arrays: Any = None) -> Tuple[Any, Any]:
+    """The KV-cache call on checked scalar arguments (eagerly, and as the op
+    flashwatt::attention_with_kvcache): (output, lse or None). Writes k, v into the caches when given."""
+    ctx = _context(context)
+    named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
+             ("block_table", block_table), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q))
+    arrays = arrays if arrays is not None else _arrays_of(named)
+    _same_device(arrays, ctx, named)
+    packed = cu_seqlens_q is not None
+    max_q = max_q if packed else 0
     ndim, q_doc = (3, "(total_q, heads, head_dim)") if packed else (4, "(batch, seqlen_q, heads, head_dim)")
     q = _floats(arrays, q, "q", ndim, q_doc)
     new_doc = q_doc.replace("heads", "kv_heads")
@@ -439,7 +488,7 @@ def attention_with_kvcache(
     table, pages, row_stride = _block_table(arrays, block_table, batch) if block_table is not None else (0, 0, 0)
     o = arrays.empty_like(q)
     lse = None
-    if return_lse:
+    if want_lse:
         lse_shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
         lse = arrays.empty_f32(lse_shape, q)
     desc = _packed_desc if packed else _bshd_desc
@@ -449,9 +498,9 @@ def attention_with_kvcache(
                                row_stride)
     q_seqs = _lib.pack_varlen(batch, cu_q, 0, max_q, 0) if packed else None
     lse_p = arrays.raw(lse)[0] if lse is not None else None
-    fn, h, pb = ctx._lib.fw_kvcache_packed, ctx.handle, bytes(params)
+    fn, h, pb = ctx._lib.fw_kvcache_packed, ctx.handle, params
     raise_for(*arrays.run(ctx, backend, q, lambda: fn(h, qd, cache, kd, vd, od, lse_p, q_seqs, pb)))
-    return (o, lse) if return_lse else o
+    return o, lse
 
 
 __all__: List[str] = ["attention_varlen", "attention_with_kvcache"]

@@ -7,6 +7,7 @@
 #include "flashwatt.h"
 #include "context.h"
 #include "validate.h"
+#include "nvtx.h"
 #include "backends/backend.h"
 #include "sched/sched.h"
 
@@ -48,7 +49,9 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     ex.err = msg;
     ex.err_len = sizeof msg;
     ex.knobs = &ctx->knobs;
+    const int ranged = fw_nvtx_push(b->name, p, pass == FW_PASS_FORWARD ? FW_NVTX_FORWARD : FW_NVTX_BACKWARD, cfg.name);
     st = pass == FW_PASS_FORWARD ? b->forward(p, &cfg, &ex) : b->backward(p, &cfg, &ex);
+    if (ranged) fw_nvtx_pop();
     if (st != FW_OK) {
         char full[1024 + 96];
         snprintf(full, sizeof full, "%s: %s", b->name, msg[0] ? msg : fw_status_string(st));
