@@ -17,7 +17,8 @@ Commands run in the order given (minutes on one H100 in brackets):
   build     configure (Release, with ptxas's resource report) and build into the build directory [2-5]
   test      ctest -L gpu: every GPU correctness program against the float64 reference [3]
   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid,
-            backward, f32 with its forced paths) and gpu_serving --quick [6-8]
+            backward, f32 with its forced paths) and gpu_serving --quick; memcheck on test_faults
+            --device cuda --quick [6-9]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
@@ -41,6 +42,10 @@ Commands run in the order given (minutes on one H100 in brackets):
   pytest    python/tests with the GPU, and python/examples/gpt_block.py [2]
   floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes) and
             launch_overhead (what a call costs the host before its kernel runs) [1]
+  overhead  the host cost of a call from Python beside SDPA (torch CUDA, bf16 (1, 8, 1, 64)): eager forward,
+            forward with grad, fwd+bwd step, the three under torch.compile, the forward and the step
+            replayed from a torch.cuda.graph, the custom op and the bare C calls
+            (bench/host_overhead.py --compiled) [2]
   cpu       fma_peak, then cpu_flash_bench against that peak: cpu-flash vs cpu-naive (any machine) [2]
   all       build test sanitize fwd bwd f32 pytest [25]: more than one 10-minute device call, so
             split it on one machine (the build directory stays between calls): `build test
@@ -71,7 +76,7 @@ while [ $# -gt 0 ]; do
         --variants) VARIANTS=1 ;;
         --ext) EXT=1 ;;
         all) CMDS+=(build test sanitize fwd bwd f32 pytest) ;;
-        build | test | sanitize | fwd | bwd | f32 | sdpa | serving | energy | pytest | floors | cpu) CMDS+=("$1") ;;
+        build | test | sanitize | fwd | bwd | f32 | sdpa | serving | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
         *) echo "device.sh: unknown command or option '$1' (bench/device.sh help lists them)" >&2; exit 2 ;;
     esac
     shift
@@ -223,6 +228,9 @@ cmd_sanitize() {
         san $tool backward "" test_attention "backward --device cuda --quick"
         san $tool f32 "FW_CUDA_PERSIST_BLOCKS=2 $F32_FORCED" test_attention "--device cuda --quick --section f32,forced,reuse"
         san $tool serving "" gpu_serving --quick
+        if [ $tool = memcheck ]; then # failed allocations and launches leave nothing behind
+            san $tool faults "" test_faults "--device cuda --quick"
+        fi
     done
     [ $VARIANTS = 1 ] || return 0
     step "compute-sanitizer on the forced variants"
@@ -469,6 +477,16 @@ cmd_floors() {
         cat "$LOGS/$prog.log"
         record "$prog" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
     done
+}
+
+cmd_overhead() {
+    need_build
+    local t0=$SECONDS rc
+    step "bench/host_overhead.py --device cuda --compiled: a call's host cost beside SDPA's"
+    py 300 host_overhead.log bench/host_overhead.py --device cuda --compiled --json "$LOGS/host_overhead.json"
+    rc=$?
+    cat "$LOGS/host_overhead.log"
+    record "overhead" "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/host_overhead.log")"
 }
 
 cmd_cpu() {

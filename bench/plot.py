@@ -18,18 +18,26 @@ import os
 import sys
 from collections import defaultdict
 
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:
-    sys.stderr.write("plot.py: matplotlib is missing (pip install matplotlib); no plots made\n")
-    sys.exit(3)
+plt = None  # matplotlib.pyplot, imported by main()
 
-# An H200's ceilings (cuBLAS GEMM rates and copy bandwidth: docs/PERF.md "Ceilings"), so that a roofline has
-# something measured to sit under; pass another card's with --peak-tflops / --peak-gbps.
+# An H200's ceilings (cuBLAS GEMM rates and copy bandwidth: docs/PERF.md "Ceilings"), so that a roofline of GPU
+# rows has something measured to sit under; pass another machine's with --peak-tflops / --peak-gbps.
 ANCHOR_TFLOPS = {"bf16": 753.0, "f16": 752.0, "f32": 50.0, "tf32": 399.0}
 ANCHOR_GBPS = 4170.0
+
+
+def ceilings(rows, peak_tflops, peak_gbps):
+    """The roofline's ceilings: {name: TFLOP/s}, GB/s and what they are. The H200 anchors only under rows
+    that ran on a GPU; rows of the CPU alone get none unless given (a GPU's ceilings would sit three orders
+    of magnitude above them and say nothing about the CPU)."""
+    gpu = any(str(r.get("device", "")).startswith("cuda") for r in rows)
+    tops = {"given": peak_tflops} if peak_tflops else dict(ANCHOR_TFLOPS) if gpu else {}
+    gbps = peak_gbps or (ANCHOR_GBPS if gpu else None)
+    if peak_tflops or peak_gbps:
+        return tops, gbps, "given" + (", else anchor H200 measurements" if gpu else "")
+    if gpu:
+        return tops, gbps, "anchor H200 measurements"
+    return {}, None, "none under CPU rows; --peak-tflops/--peak-gbps give them"
 
 
 def ok(x):
@@ -123,13 +131,17 @@ def roofline_plot(rows, outdir, peak_tflops, peak_gbps):
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
     xs = [r["intensity"] for r in pts]
     lo, hi = min(xs) / 4, max(xs) * 4
-    gbps = peak_gbps or ANCHOR_GBPS
-    ceilings = {"given": peak_tflops} if peak_tflops else ANCHOR_TFLOPS
-    for name, tf in sorted(ceilings.items()):
-        knee = tf * 1e12 / (gbps * 1e9)
-        xx = [lo, knee, hi]
-        yy = [lo * gbps * 1e9 / 1e12, tf, tf]
-        ax.plot(xx, yy, "--", lw=1, label="ceiling %s %.0f TFLOP/s, %.0f GB/s" % (name, tf, gbps))
+    tops, gbps, what = ceilings(pts, peak_tflops, peak_gbps)
+    for name, tf in sorted(tops.items()):
+        if gbps:  # min(bandwidth x intensity, compute), its knee drawn only where it falls inside the plot
+            knee = tf * 1e12 / (gbps * 1e9)
+            xx = [lo] + ([knee] if lo < knee < hi else []) + [hi]
+            ax.plot(xx, [min(x * gbps * 1e9 / 1e12, tf) for x in xx], "--", lw=1,
+                    label="ceiling %s %.3g TFLOP/s, %.0f GB/s" % (name, tf, gbps))
+        else:
+            ax.plot([lo, hi], [tf, tf], "--", lw=1, label="ceiling %s %.3g TFLOP/s" % (name, tf))
+    if gbps and not tops:
+        ax.plot([lo, hi], [lo * gbps * 1e9 / 1e12, hi * gbps * 1e9 / 1e12], "--", lw=1, label="%.0f GB/s" % gbps)
     markers = "osD^v<>ph*"
     for i, b in enumerate(sorted(set(r["backend"] for r in pts))):
         sel = [r for r in pts if r["backend"] == b]
@@ -139,7 +151,7 @@ def roofline_plot(rows, outdir, peak_tflops, peak_gbps):
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / compulsory byte)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("roofline (ceilings: anchor H200 measurements unless given)", fontsize=9)
+    ax.set_title("roofline (ceilings: %s)" % what, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)
     fig.tight_layout()
@@ -177,6 +189,14 @@ def stream_plots(streams, outdir):
 
 
 def main(argv):
+    global plt
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.stderr.write("plot.py: matplotlib is missing (python3 -m pip install matplotlib); no plots made\n")
+        return 3
     peak_tflops = peak_gbps = None
     args = []
     i = 0

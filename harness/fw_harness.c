@@ -198,6 +198,43 @@ fw_status fwh_sync(const fw_run *r)
 }
 
 /* ---- allocation ---------------------------------------------------------------------------- */
+fw_status fwh_check_elems(const char *name, int64_t n0, int64_t n1, int64_t n2, int64_t row, fw_dtype t, char *msg,
+                          size_t len)
+{
+    const double bytes = (double)n0 * (double)n1 * (double)n2 * (double)row * (double)fw_dtype_size(t);
+    if (bytes > 0x1p62) {
+        snprintf(msg, len, "%s would be %lld x %lld x %lld x %lld elements (%.3g bytes), more than 2^62 bytes", name,
+                 (long long)n0, (long long)n1, (long long)n2, (long long)row, bytes);
+        return FW_ERR_INVALID_SHAPE;
+    }
+    return FW_OK;
+}
+
+/* A case's sizes, before any buffer is sized from them: each dimension within the library's 1..2^31 - 1,
+ * padding 0..2^20 and each dense tensor below 2^62 bytes (a product that wrapped sized buffers smaller
+ * than the loops that fill them). The serving geometry is checked where it is planned. */
+static fw_status check_case_sizes(const fw_case *c, char *msg, size_t len)
+{
+    const int64_t dims[6] = {c->batch, c->heads, c->kv_heads, c->seqlen_q, c->seqlen_k, c->head_dim};
+    static const char *names[6] = {"batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim"};
+    for (int i = 0; i < 6; i++) {
+        if (c->kind != FW_CASE_DENSE && (i == 0 || i == 3 || i == 4)) continue; /* from the sequences */
+        if (dims[i] < 1 || dims[i] > ((int64_t)1 << 31) - 1) {
+            snprintf(msg, len, "%s is %lld; it must be 1..2^31 - 1", names[i], (long long)dims[i]);
+            return FW_ERR_INVALID_SHAPE;
+        }
+    }
+    if (c->pad < 0 || c->pad > (1 << 20)) {
+        snprintf(msg, len, "padding of %d elements per row is outside 0..2^20", c->pad);
+        return FW_ERR_INVALID_SHAPE;
+    }
+    if (c->kind != FW_CASE_DENSE) return FW_OK;
+    const int64_t row = c->head_dim + c->pad;
+    fw_status st = fwh_check_elems("q", c->batch, c->heads, c->seqlen_q, row, c->dtype, msg, len);
+    if (st == FW_OK) st = fwh_check_elems("k", c->batch, c->kv_heads, c->seqlen_k, row, c->dtype, msg, len);
+    return st;
+}
+
 fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
 {
     memset(r, 0, sizeof *r);
@@ -206,6 +243,8 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
         snprintf(msg, len, "no CUDA device %d here (%d visible)", c->device.index, fw_cuda_device_count());
         return FW_ERR_DEVICE_MISMATCH;
     }
+    fw_status st = check_case_sizes(c, msg, len);
+    if (st != FW_OK) return st;
     if (c->kind != FW_CASE_DENSE) return fwh_serving_alloc(r, c, msg, len);
     const size_t es = fw_dtype_size(c->dtype);
     fw_tensor tq = fwh_describe(NULL, c, c->batch, c->heads, c->seqlen_q, &r->q_elems);
@@ -228,7 +267,6 @@ fw_status fw_run_alloc(fw_run *r, const fw_case *c, char *msg, size_t len)
     fwh_fill_random(r->host_v, c->dtype, r->kv_elems, &seed);
 
     void *dq, *dk, *dv, *dout, *dlse = NULL;
-    fw_status st;
     if (!fwh_on_gpu(r)) {
         dq = r->host_q; dk = r->host_k; dv = r->host_v; dout = r->host_o;
         if (c->want_lse) dlse = r->host_lse;

@@ -20,6 +20,10 @@ fw_status fwh_copy(const fw_run *r, void *dst, const void *src, size_t bytes, in
 /* Waits for the device and reports its last error (nothing on the CPU). */
 fw_status fwh_sync(const fw_run *r);
 
+/* FW_OK when a tensor of n0 x n1 x n2 x row elements of t is below 2^62 bytes; else
+ * FW_ERR_INVALID_SHAPE naming it (checked before a buffer is sized from those numbers). */
+fw_status fwh_check_elems(const char *name, int64_t n0, int64_t n1, int64_t n2, int64_t row, fw_dtype t, char *msg,
+                          size_t len);
 void fwh_fill_random(void *buf, fw_dtype t, size_t n, uint64_t *state);
 void fwh_poison_host(void *buf, fw_dtype t, size_t n);
 int fwh_is_poison(const void *buf, fw_dtype t, int64_t i);

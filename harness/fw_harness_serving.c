@@ -110,6 +110,12 @@ static fw_status plan_geometry(const fw_case *c, geometry *g, char *msg, size_t 
     } else if (g->kv) {
         g->capacity = c->capacity > 0 ? c->capacity : max_need + 3;
     }
+    const int64_t row = c->head_dim + c->pad, qs = g->q_packed ? g->total_q : g->Lq, qb = g->q_packed ? 1 : g->B;
+    const int64_t kb = !g->kv ? 1 : g->paged ? g->num_pages : g->B;
+    const int64_t ks = !g->kv ? g->total_k : g->paged ? g->page_size : g->capacity;
+    fw_status st = fwh_check_elems("q", qb, c->heads, qs > 0 ? qs : 1, row, c->dtype, msg, len);
+    if (st == FW_OK) st = fwh_check_elems("the keys", kb, c->kv_heads, ks > 0 ? ks : 1, row, c->dtype, msg, len);
+    if (st != FW_OK) return st;
     g->off_cu_q = 0;
     g->off_cu_k = (size_t)g->B + 1;
     g->off_seqlens = 2 * ((size_t)g->B + 1);

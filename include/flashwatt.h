@@ -28,9 +28,7 @@ extern "C" {
 #define FW_API
 #endif
 
-#define FW_VERSION_MAJOR 0
-#define FW_VERSION_MINOR 1
-#define FW_VERSION_PATCH 0
+#include "flashwatt_version.h" /* FW_VERSION_MAJOR/MINOR/PATCH/STRING, generated from CMake's project(VERSION) */
 #define FW_MAX_HEAD_DIM 256
 
 typedef enum fw_status {
@@ -47,7 +45,8 @@ typedef enum fw_status {
     FW_ERR_DEVICE = 10,          /* a CUDA call failed; the message carries CUDA's own text */
     FW_ERR_OUT_OF_MEMORY = 11,   /* host or device allocation failed */
     FW_ERR_NOT_IMPLEMENTED = 12, /* declared but not available in this build/backend */
-    FW_ERR_INTERNAL = 13
+    FW_ERR_INTERNAL = 13,
+    FW_ERR_CONTEXT_BUSY = 14     /* another thread's call is running on this context (one call at a time) */
 } fw_status;
 
 typedef enum fw_dtype { FW_F32 = 0, FW_F16 = 1, FW_BF16 = 2 } fw_dtype;
@@ -116,7 +115,14 @@ typedef struct fw_policy {
 
 FW_API fw_policy fw_policy_default(void); /* fastest, no limits, exact */
 
-/* ---- context ---------------------------------------------------------------------------- */
+/* ---- context ----------------------------------------------------------------------------
+ * Threads: a context serves one call at a time. A call or setter on a context while another thread's
+ * call or setter runs on it returns FW_ERR_CONTEXT_BUSY at once and changes nothing (it records no
+ * message either). Threads that call at the same time use a context each; contexts share nothing that
+ * needs a lock. fw_context_last_error and fw_context_last_backend describe the context's last call:
+ * read them from the thread that made it, before its next call. Destroy a context only when no call on
+ * it runs. The backend queries, fw_cpu_simd_level and fw_cuda_device_count may be called from any
+ * thread. */
 typedef struct fw_context fw_context;
 
 FW_API fw_status fw_context_create(fw_context **ctx);
@@ -151,6 +157,26 @@ FW_API const char *fw_dtype_name(fw_dtype dtype);
 FW_API const char *fw_version(void);
 
 /* ---- attention ------------------------------------------------------------------------- */
+/* Non-finite values, the forward of every backend and dtype (tests/test_nonfinite.c, also with
+ * --device cuda). A query row reads its q, and k and v at the keys it sees; its logits
+ * x_j = scale · q·k_j are float32 values.
+ *  - A NaN or +Inf logit (NaN in q or a seen k, Inf in them, or overflow, below) makes every element
+ *    of the row's O NaN, and its LSE NaN.
+ *  - A logit of -Inf weighs 0, as a masked key does. A row whose logits are all -Inf gives O = 0 and
+ *    LSE = -inf, as a row that sees no key (where v holds NaN/Inf at its keys, O may be NaN there).
+ *  - NaN in v at a seen key makes that column of O NaN, whatever the key's weight (one that
+ *    underflows to 0 too); ±Inf there makes it ±Inf or NaN. LSE depends on q and k only.
+ *  - Overflow: q·k and scale·q·k beyond float32's range (|x| > FLT_MAX ≈ 3.4e38) are ±Inf and take
+ *    the rules above. Keep them below 2^126 (≈ 8.5e37) for a finite answer: between the two a
+ *    backend may overflow early (some fold log2(e) into the scale). On a CUDA device a scale above
+ *    1e30 is outside this rule: the kernels carry scale·log2(e) through their exponent arithmetic,
+ *    which can overflow where the CPU backends' float32 logits do not (NaN or ±Inf rows).
+ *  - Keys a row does not see: the CPU backends never read them, so nothing there reaches the row.
+ *    The CUDA kernels multiply whole key tiles, so NaN/Inf in v at a key hidden by a causal or window
+ *    mask but in a tile the row reads may make the row NaN (0·NaN, as in FlashAttention): unspecified
+ *    on the GPU. Keys past a sequence's end (ragged batches, caches) do not reach it.
+ * Otherwise finite inputs give finite O and LSE. The backward propagates non-finite values without a
+ * pattern this contract fixes. */
 /* q: (B, H, Lq, D); k, v: (B, H_kv, Lk, D); o: (B, H, Lq, D), all one dtype and device.
  * lse (optional, may be NULL): float32, contiguous (B, H, Lq), on the same device, natural log. */
 FW_API fw_status fw_attention_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,

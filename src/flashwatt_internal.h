@@ -1,6 +1,7 @@
 /* The library's internals that the command (tools/), the tests, the harness and the benchmarks may
  * use. They link the static flashwatt_internal (the same objects as libflashwatt.so, which exports
  * only include/flashwatt.h); this is the one header they include for it. What it offers:
+ *   alloc      the host allocation wrapper and the fault injection of tests/test_faults.c
  *   problem    fw_problem, the validated and normalised call a backend sees; key ranges, FLOPs
  *   validate   fw_validate_forward / _backward: fw_tensors to an fw_problem, with the message
  *   dtype      scalar f16/bf16 <-> f32 conversions, fw_load_f32 / fw_store_f32, fw_dtype_size
@@ -16,6 +17,7 @@
 #define FLASHWATT_INTERNAL_H
 
 #include "flashwatt.h"
+#include "core/alloc.h"
 #include "core/problem.h"
 #include "core/validate.h"
 #include "core/dtype.h"

@@ -39,8 +39,8 @@ grep_in() {
 }
 
 # ---- usage and exit codes -------------------------------------------------------------------
-expect 0 "no arguments prints usage" --
-grep_in out "usage: flashwatt" "usage text"
+expect 2 "no arguments: usage on stderr, a usage error" --
+grep_in err "usage: flashwatt" "usage text"
 expect 0 "--help" -- --help
 grep_in out "usage: flashwatt" "usage text"
 expect 0 "check --help" -- check --help
@@ -69,6 +69,12 @@ expect 2 "unknown suite" -- bench --suite no-such-suite
 expect 2 "suite with shape flags" -- bench --suite seed --seqlen 64
 expect 2 "GQA heads not divisible" -- check --heads 8 --kv-heads 3
 expect 2 "info takes no flags" -- info --bogus
+expect 2 "k suffix that would overflow" -- check --seqlen 18014398509481985k --device cpu
+grep_in err "--seqlen" "message names the flag"
+expect 2 "size above 2^31 - 1" -- check --batch 2147483648 --heads 2 --seqlen 1 --head-dim 1 --device cpu
+expect 2 "tensor too large for memory (B x H wraps)" -- check --batch 2147483647 --heads 2147483647 --seqlen 1 \
+    --head-dim 1 --device cpu --backend cpu-ref
+grep_in err "2^62 bytes" "message says the tensor is too large"
 
 # ---- info -----------------------------------------------------------------------------------
 expect 0 "info" -- info
@@ -123,10 +129,13 @@ PY
 else
     echo "note: python3 not found; JSON validation skipped"
 fi
-# a backend that cannot run a shape is skipped with a note, and the run still succeeds
-expect 0 "bench skips what a backend cannot do" -- bench --backend cpu-ref --seqlen 32 --head-dim 512 --reps 1 \
+# a backend that cannot run a shape is skipped with a note, and the run still succeeds where another row ran
+expect 0 "bench skips what a backend cannot do" -- bench --backend cpu-ref --seqlen 32 --head-dim 512,64 --reps 1 \
     --json "$TMP/skip.json"
 grep_in out "skipped" "skip note in the table"
+# ... but a run in which nothing ran is not a success
+expect 1 "bench that ran nothing" -- bench --backend cpu-ref --seqlen 32 --head-dim 512 --reps 1
+grep_in err "nothing ran: 1 row skipped" "says that nothing ran and why to look"
 
 # ---- backward: check --backward and bench --backward ------------------------------------------
 expect 0 "check --backward f32 default backends" -- check --backward --seqlen 64 --heads 2
@@ -260,6 +269,41 @@ else echo "FAIL: the contiguous call took another bucket's entry" >&2; cat "$TMP
 expect 1 "tune with nothing to measure fails" -- tune --device cpu --backend cpu-naive --seqlens-q 1,1 \
     --seqlens-k 30,70 --heads 2 --head-dim 16 --kv-cache contiguous --budget-s 1 --out "$TMP/tuning2.txt"
 grep_in out "nothing to measure (cpu-naive: " "tune says why a bucket has nothing to measure"
+
+# ---- what a newcomer hits: outputs checked first, minimums, progress, messages ------------------
+start=$(date +%s)
+expect 2 "--csv into a missing directory, refused before the run" -- bench --backend cpu-ref --seqlen 4096 \
+    --csv "$TMP/no/such/dir/out.csv"
+grep_in err "does not exist" "names the missing directory"
+if grep -q "TFLOP/s" "$TMP/out" || [ $(( $(date +%s) - start )) -gt 5 ]; then
+    echo "FAIL: --csv was checked only after the run" >&2; failures=$((failures + 1))
+fi
+expect 2 "--json naming a directory" -- bench --backend cpu-ref --json "$TMP"
+grep_in err "is a directory" "says it is a directory"
+: > "$TMP/plot-in-the-way"
+expect 2 "--plot naming a file" -- bench --backend cpu-ref --plot "$TMP/plot-in-the-way"
+grep_in err "not a directory" "says it is not a directory"
+if python3 -c 'import matplotlib' >/dev/null 2>&1; then
+    export FLASHWATT_PLOT_SCRIPT=/nonexistent/plot.py
+    expect 2 "--plot without its script" -- bench --plot "$TMP/plots"
+    unset FLASHWATT_PLOT_SCRIPT
+    grep_in err "cannot find the plot script" "says what is missing"
+else
+    expect 2 "--plot without matplotlib, refused before the run" -- bench --plot "$TMP/plots"
+    grep_in err "pip install matplotlib" "says how to get matplotlib"
+fi
+expect 2 "--window-s below its minimum of 1 s" -- bench --window-s 0.5
+grep_in err "--window-s: '0.5' is not a number of seconds >= 1" "names the flag and the minimum"
+export FLASHWATT_PROGRESS_S=0.05
+expect 0 "check on a long problem shows progress" -- check --backend cpu-naive --heads 4 --seqlen 1536
+unset FLASHWATT_PROGRESS_S
+grep_in err "so far" "a progress line while the step runs"
+grep_in err "done in" "a line when it ends"
+if "$FW" info | grep -q "^build: *CUDA backends compiled in" && [ ! -e /dev/nvidiactl ] &&
+   ! { command -v ldconfig >/dev/null 2>&1 && ldconfig -p | grep -q "libcuda.so.1 "; }; then
+    expect 0 "info on a machine without an NVIDIA driver" -- info
+    grep_in out "no NVIDIA driver" "says there is no driver, not that it is too old"
+fi
 
 echo "cli_test: $n checks, $failures failed"
 [ "$failures" -eq 0 ]

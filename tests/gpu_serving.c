@@ -11,7 +11,8 @@
  *                         and windows, LSE in both layouts, f16/bf16/f32, split-KV forced on and off
  *                         (FW_CUDA_FLASH_CONFIG), dense decode shapes, a CUDA graph captured once and
  *                         replayed with new lengths and tables, and out-of-range device values (no
- *                         fault, nothing written outside the tensors); paged decode against a float64
+ *                         fault, nothing written outside the tensors, the Hopper ragged kernel too;
+ *                         refused by name with fw_context_set_check_device_values); paged decode against a float64
  *                         reference here (gpu_serving_pages.h): page sizes 1, 3, 12, 16, 24, 48, 256 at
  *                         head dims 64, 128, 256, table entries outside the pool masked key by key, and
  *                         pages more than 4 GiB apart.

@@ -223,6 +223,13 @@ static int guard_intact(const void *inner, size_t bytes, size_t guard)
     return ok;
 }
 
+/* Compute capability 9.0: where the wgmma kernels run. */
+static int device_is_sm90(void)
+{
+    struct cudaDeviceProp pr;
+    return cudaGetDeviceProperties(&pr, 0) == cudaSuccess && pr.major == 9 && pr.minor == 0;
+}
+
 static void garbage_values(fw_dtype t, int kind)
 {
     const int B = 4;
@@ -252,17 +259,41 @@ static void garbage_values(fw_dtype t, int kind)
         cudaMemcpy(b.dbt, b.bt, sizeof(int32_t) * (size_t)B * b.bt_stride, cudaMemcpyHostToDevice);
     }
     const char *backend = t == FW_F32 ? "cuda-flash-f32" : "cuda-flash";
-    static const char *configs[] = {NULL, "srv-m16-bn64-s2-split16"};
-    for (int k = 0; k < (t == FW_F32 ? 1 : 2); k++) {
+    /* the serving kernel, forced to split, and the Hopper ragged prefill kernel (its own tile scheduler
+     * reads the offsets: parts/scheduler.cuh) */
+    static const char *configs[] = {NULL, "srv-m16-bn64-s2-split16", "ws-bm128-bn128-s3-varlen"};
+    const int nconfigs = t == FW_F32 ? 1 : kind == K_VARLEN && device_is_sm90() ? 3 : 2;
+    for (int k = 0; k < nconfigs; k++) {
         fw_context *gpu = make_ctx(backend, configs[k]);
         const fw_status st = sv_call(gpu, &c, &b, 1, b.do_, b.dlse);
         const cudaError_t ce = cudaDeviceSynchronize();
         const int ok = st == FW_OK && ce == cudaSuccess && guard_intact(b.do_, b.no * es, G) &&
                        guard_intact(b.dlse, b.nlse * 4, G) && guard_intact(b.dk, b.nk * es, G) &&
                        guard_intact(b.dv, b.nk * es, G);
-        fwt_case(ok, "%s %s out-of-range offsets%s%s: call %s, device %s, guards %s", backend,
-                 kind == K_VARLEN ? "varlen" : "cache", kind == K_VARLEN ? "" : ", lengths, pages", configs[k] ? " split16" : "",
-                 st == FW_OK ? "ok" : fw_context_last_error(gpu), cudaGetErrorString(ce), ok ? "intact" : "checked");
+        fwt_case(ok, "%s %s out-of-range offsets%s%s%s: call %s, device %s, guards %s", backend,
+                 kind == K_VARLEN ? "varlen" : "cache", kind == K_VARLEN ? "" : ", lengths, pages", configs[k] ? " " : "",
+                 configs[k] ? configs[k] : "", st == FW_OK ? "ok" : fw_context_last_error(gpu), cudaGetErrorString(ce),
+                 ok ? "intact" : "checked");
+        fw_context_destroy(gpu);
+        if (ce != cudaSuccess) exit(1);
+    }
+    /* checked on request (fw_context_set_check_device_values): refused by name before anything runs */
+    {
+        fw_context *gpu = make_ctx(backend, NULL);
+        fw_context_set_check_device_values(gpu, 1);
+        unsigned char *before = (unsigned char *)xmalloc(b.no * es), *after = (unsigned char *)xmalloc(b.no * es);
+        from_dev(before, b.do_, b.no * es);
+        const fw_status st = sv_call(gpu, &c, &b, 1, b.do_, b.dlse);
+        const cudaError_t ce = cudaDeviceSynchronize();
+        from_dev(after, b.do_, b.no * es);
+        const char *msg = fw_context_last_error(gpu);
+        const int named = fwt_contains(msg, kind == K_VARLEN ? "cu_seqlens" : "seqlens") || fwt_contains(msg, "block_table");
+        fwt_case(st == FW_ERR_INVALID_VALUE && named && ce == cudaSuccess && !memcmp(before, after, b.no * es),
+                 "%s %s out-of-range device values with fw_context_set_check_device_values: %s '%s', output %s", backend,
+                 kind == K_VARLEN ? "varlen" : "cache", fw_status_string(st), msg,
+                 memcmp(before, after, b.no * es) ? "written" : "untouched");
+        free(before);
+        free(after);
         fw_context_destroy(gpu);
         if (ce != cudaSuccess) exit(1);
     }
@@ -275,11 +306,6 @@ static void garbage_values(fw_dtype t, int kind)
 /* ---- ragged prefill on the Hopper wgmma kernel (fwd/heuristics.cu: fw_fwd_varlen_choice) ---- */
 static const char *const WS_VARLEN = "ws-bm128-bn128-s3-varlen", *const WS_VARLEN_PP = "ws-bm128-bn128-s3-pp-varlen";
 
-static int device_is_sm90(void)
-{
-    struct cudaDeviceProp pr;
-    return cudaGetDeviceProperties(&pr, 0) == cudaSuccess && pr.major == 9 && pr.minor == 0;
-}
 
 /* The call's output and LSE on the GPU under FW_CUDA_FLASH_CONFIG = config (NULL: the default) into o, lse. */
 static int gpu_output(const sv_case *c, sv_bufs *b, const char *config, void *o, float *lse, char *why, size_t len)

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <time.h>
 #include <math.h>
@@ -304,6 +305,58 @@ static void test_energy_window(void)
     fw_tel_fake_destroy(fk);
 }
 
+/* A FIFO as the table must not block the first auto call (it waited for a writer); a table of 40k
+ * entries loads in linear time (it was quadratic: 6 s), and a later line replaces an earlier one. */
+static void test_special_files(void)
+{
+    char fifo[96];
+    snprintf(fifo, sizeof fifo, "/tmp/fw_sched_fifo_%d", (int)getpid());
+    remove(fifo);
+    if (mkfifo(fifo, 0600) != 0) {
+        fwt_case(0, "mkfifo %s", fifo);
+    } else {
+        setenv("FLASHWATT_TUNING", fifo, 1);
+        alarm(20); /* a hang is a failure (SIGALRM ends the test) */
+        fw_context *ctx;
+        fw_context_create(&ctx);
+        const char *st = fw_sched_table_status(fw_context_sched(ctx));
+        fwt_case(strstr(st, "unusable") != NULL && strstr(st, "regular file") != NULL, "FIFO as table: \"%s\"", st);
+        fw_context_destroy(ctx);
+        const char *b;
+        int ok;
+        char choice[400];
+        fw_policy f = pol(FW_OBJECTIVE_FASTEST, 0, 0, 0);
+        run(&f, FW_F32, &b, &ok, choice, sizeof choice);
+        fwt_case(ok, "an auto call with a FIFO as table runs: %s (%s)", b, choice);
+        alarm(0);
+        remove(fifo);
+    }
+    FILE *fp = fopen(table_path, "w");
+    if (!fp) {
+        fwt_case(0, "write %s", table_path);
+        return;
+    }
+    enum { N = 40000 };
+    fprintf(fp, "# flashwatt tuning table v2\n");
+    for (int pass = 0; pass < 2; pass++) /* every entry twice: the second line (ms 2 + i) replaces the first */
+        for (int i = 0; i < N; i++)
+            fprintf(fp, "cpu\tf32\t64\t0\t%d\t128\t128\tcpu-flash\tbm64-bn64\t%d\tn/a\tn/a\tn/a\t0\texact\tn/a\t1\n",
+                    i + 1, pass + 1 + i);
+    fclose(fp);
+    fw_tuning_table t;
+    fw_tune_init(&t);
+    char why[512] = "";
+    const double t0 = fw_now_seconds();
+    const fw_status st = fw_tune_load(&t, table_path, why, sizeof why);
+    const double secs = fw_now_seconds() - t0;
+    int replaced = t.n == N;
+    for (int i = 0; i < t.n && replaced; i++) replaced = t.e[i].ms == (double)(t.e[i].key.bh + 1);
+    fwt_case(st == FW_OK && t.n == N && replaced && secs < 2.0,
+             "%d lines of %d entries load in %.3f s (< 2 s): %s, %d entries, later lines replace earlier: %d %s", 2 * N, N,
+             secs, fw_status_string(st), t.n, replaced, why);
+    fw_tune_free(&t);
+}
+
 int main(void)
 {
     test_energy_window();
@@ -426,6 +479,7 @@ int main(void)
         fwt_case(strstr(st, "unusable") != NULL && strstr(st, table_path) != NULL && ok && !strcmp(b, "cpu-flash"),
                  "malformed file %zu: \"%s\"; ran %s (%s)", i, st, b, choice);
     }
+    test_special_files();
     /* a directory where the file should be */
     setenv("FLASHWATT_TUNING", "/tmp", 1);
     {

@@ -261,10 +261,10 @@ static void test_forward_f32(void)
         q.stride[0] = (int64_t)1 << 62; q.stride[1] = (int64_t)1 << 62);
     FWD("k seq stride 2^61 (extent > 2^63 bytes)", FW_ERR_INVALID_STRIDE, NEED("k.stride[2]"), k.stride[2] = (int64_t)1 << 61);
     FWD("o batch stride INT64_MAX", FW_ERR_INVALID_STRIDE, NEED("o.stride[0]"), o.stride[0] = INT64_MAX);
-    FWD("v seq size 2^31 with huge strides", FW_ERR_INVALID_STRIDE, NEED("v.stride"),
-        v.size[2] = (int64_t)1 << 31; v.stride[2] = (int64_t)1 << 40; v.stride[1] = (int64_t)1 << 60);
-    FWD("o all sizes 2^31", FW_ERR_INVALID_STRIDE, NEED("o.stride"),
-        o.size[0] = o.size[1] = o.size[2] = (int64_t)1 << 31; o.size[3] = 32;
+    FWD("v seq size 2^31 - 1 with huge strides", FW_ERR_INVALID_STRIDE, NEED("v.stride"),
+        v.size[2] = ((int64_t)1 << 31) - 1; v.stride[2] = (int64_t)1 << 40; v.stride[1] = (int64_t)1 << 60);
+    FWD("o all sizes 2^31 - 1", FW_ERR_INVALID_STRIDE, NEED("o.stride"),
+        o.size[0] = o.size[1] = o.size[2] = ((int64_t)1 << 31) - 1; o.size[3] = 32;
         o.stride[2] = 32; o.stride[1] = (int64_t)32 << 31; o.stride[0] = (int64_t)1 << 62);
 
     /* backends */

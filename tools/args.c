@@ -15,7 +15,7 @@ typedef enum kind {
     K_DEVICE,
     K_SEED,
     K_INT,      /* one integer >= min */
-    K_DOUBLE,   /* one number >= 0 */
+    K_DOUBLE,   /* one number >= min */
     K_STR,
     K_FLAG,
     K_LENS      /* comma list of per-sequence lengths >= 0 (one ragged batch) */
@@ -63,7 +63,7 @@ static const opt opts[] = {
     {"list-suites", K_FLAG, 1, 0, OFF(list_suites)},
     {"energy", K_CAUSAL, 1, 0, OFF(energy)},
     {"cooldown", K_DOUBLE, 1, 0, OFF(cooldown_s)},
-    {"window-s", K_DOUBLE, 1, 0, OFF(window_s)},
+    {"window-s", K_DOUBLE, 1, 1, OFF(window_s)}, /* the power reading refreshes every ~0.1 s: windows >= 1 s */
     {"plot", K_STR, 1, 0, OFF(plot)},
     {"policy", K_STR, 1, 0, OFF(policy)},
     {"budget-s", K_DOUBLE, 1, 0, OFF(budget_s)},
@@ -102,13 +102,14 @@ const char *fw_args_device_name(fw_device d, char *buf, size_t len)
     return buf;
 }
 
-/* One integer, optional k/K suffix (x1024). */
+/* One integer within +-2^40, optional k/K suffix (x1024, checked before it multiplies). */
 static int parse_int(const char *s, int64_t *out)
 {
     char *end;
     errno = 0;
     long long x = strtoll(s, &end, 10);
     if (errno || end == s) return -1;
+    if (x > (1ll << 40) || x < -(1ll << 40)) return -1;
     if (*end == 'k' || *end == 'K') { x *= 1024; end++; }
     if (*end) return -1;
     if (x > (1ll << 40) || x < -(1ll << 40)) return -1;
@@ -187,8 +188,8 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
                     snprintf(err, err_len, "--%s: %s is out of range (must be >= %lld)", o->name, tok[i], (long long)o->min);
                     return 2;
                 }
-                if (!bad && x > (1ll << 31)) {
-                    snprintf(err, err_len, "--%s: %s is out of range (must be <= %lld)", o->name, tok[i], 1ll << 31);
+                if (!bad && x > (1ll << 31) - 1) {
+                    snprintf(err, err_len, "--%s: %s is out of range (must be <= %lld)", o->name, tok[i], (1ll << 31) - 1);
                     return 2;
                 }
             } else if (o->k == K_DTYPE) {
@@ -284,8 +285,8 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
         char *end;
         errno = 0;
         double x = strtod(val, &end);
-        if (errno || end == val || *end || !(x >= 0) || x > 1e9) {
-            snprintf(err, err_len, "--%s: '%s' is not a number of seconds >= 0", o->name, val);
+        if (errno || end == val || *end || !(x >= (double)o->min) || x > 1e9) {
+            snprintf(err, err_len, "--%s: '%s' is not a number of seconds >= %lld", o->name, val, (long long)o->min);
             return 2;
         }
         *(double *)(base + o->off) = x;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/stat.h>
 #include "flashwatt.h"
 #include "args.h"
 #include "commands.h"
@@ -15,6 +14,7 @@
 #include "suites.h"
 #include "energy.h"
 #include "bandwidth.h"
+#include "outputs.h"
 #include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -317,42 +317,6 @@ static int fw_parse_policy(const char *s, fw_policy *p, char *err, size_t len)
     return 0;
 }
 
-/* --plot DIR: bench/plot.py on the JSON (found beside the build directory or in the cwd). */
-static int make_plots(const char *json, const char *dir)
-{
-    char script[1200] = "";
-    const char *env = getenv("FLASHWATT_PLOT_SCRIPT");
-    if (env && env[0]) snprintf(script, sizeof script, "%s", env);
-    else {
-        char exe[1024];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n > 0) {
-            exe[n] = 0;
-            char *slash = strrchr(exe, '/');
-            if (slash) *slash = 0;
-            snprintf(script, sizeof script, "%s/../bench/plot.py", exe);
-        }
-        if (!script[0] || access(script, R_OK) != 0) snprintf(script, sizeof script, "bench/plot.py");
-    }
-    if (access(script, R_OK) != 0) {
-        fprintf(stderr, "flashwatt bench: --plot: cannot find bench/plot.py (set FLASHWATT_PLOT_SCRIPT); JSON is at %s\n",
-                json);
-        return 1;
-    }
-    if (system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "flashwatt bench: --plot: matplotlib is missing here (python3 -c 'import matplotlib' failed): "
-                        "no plots made. The JSON is at %s; make them elsewhere with: python3 bench/plot.py %s DIR\n",
-                json, json);
-        return 1;
-    }
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "python3 '%s' '%s' '%s'", script, json, dir);
-    const int rc = system(cmd);
-    if (rc != 0) fprintf(stderr, "flashwatt bench: --plot: %s failed (status %d)\n", cmd, rc);
-    else printf("plots written to %s\n", dir);
-    return rc != 0;
-}
-
 static void list_suites(void)
 {
     printf("suites (flashwatt bench --suite NAME):\n");
@@ -408,6 +372,14 @@ int fw_cmd_bench(int argc, char **argv)
 
     fw_policy policy;
     if (fw_parse_policy(cli.policy, &policy, err, sizeof err)) {
+        fprintf(stderr, "flashwatt bench: %s\n", err);
+        return 2;
+    }
+    /* where the results go, checked before anything runs */
+    char plot_script[1200] = "";
+    if ((cli.csv && fw_output_check_file("--csv", cli.csv, err, sizeof err)) ||
+        (cli.json && fw_output_check_file("--json", cli.json, err, sizeof err)) ||
+        (cli.plot && fw_output_check_plot(cli.plot, plot_script, sizeof plot_script, err, sizeof err))) {
         fprintf(stderr, "flashwatt bench: %s\n", err);
         return 2;
     }
@@ -733,18 +705,20 @@ int fw_cmd_bench(int argc, char **argv)
     int wrc = 0;
     if (cli.csv && fw_report_write_csv(cli.csv, rows, nrows)) wrc = 1;
     if (cli.json && fw_report_write_json(cli.json, rows, nrows)) wrc = 1;
-    if (cli.plot) {
+    if (cli.plot && ran) {
         char json[1200];
-        mkdir(cli.plot, 0755);
         if (cli.json) snprintf(json, sizeof json, "%s", cli.json);
         else {
             snprintf(json, sizeof json, "%s/bench.json", cli.plot);
             if (fw_report_write_json(json, rows, nrows)) wrc = 1;
         }
-        if (make_plots(json, cli.plot)) wrc = 1;
+        if (fw_output_plot(plot_script, json, cli.plot)) wrc = 1;
     }
     for (int i = 0; i < nrows; i++) fw_row_free(&rows[i]);
     fw_energy_session_close();
     free(base); free(shapes); free(rows);
-    return errors || fails || wrc ? 1 : 0;
+    if (!ran) /* a run that measured nothing is not a success, whatever the reason */
+        fprintf(stderr, "flashwatt bench: nothing ran: %d row%s skipped, %d error%s (the notes in the table say why)\n",
+                skipped, skipped == 1 ? "" : "s", errors, errors == 1 ? "" : "s");
+    return errors || fails || wrc || !ran ? 1 : 0;
 }

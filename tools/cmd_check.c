@@ -11,6 +11,7 @@
 #include "fw_harness.h"
 #include "report.h"
 #include "suites.h"
+#include "progress.h"
 
 static fw_shape shape_of(const fw_cli *cli)
 {
@@ -241,7 +242,11 @@ static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *p
                 break;
             }
             st = fw_bwd_alloc(&runs[di], &bwds[di], cli->seed, msg, sizeof msg);
-            if (st == FW_OK) st = grad_ref_make(&runs[di], &bwds[di], &refs[di], msg, sizeof msg);
+            if (st == FW_OK) {
+                fw_progress_begin("check", "cpu-ref's float64 backward (the reference gradients)");
+                st = grad_ref_make(&runs[di], &bwds[di], &refs[di], msg, sizeof msg);
+                fw_progress_end();
+            }
             if (st != FW_OK) {
                 fprintf(stderr, "flashwatt check: backward setup: %s\n", msg[0] ? msg : fw_status_string(st));
                 if (bwds[di].host_dout) fw_bwd_free(&runs[di], &bwds[di]);
@@ -270,7 +275,11 @@ static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *p
         if (row.status != FW_ROW_SKIPPED) {
             st = fw_context_set_backend(ctx, row.backend);
             if (st == FW_OK) st = fw_bwd_poison(r, bw);
-            if (st == FW_OK) st = fw_bwd_run(r, bw, ctx);
+            if (st == FW_OK) {
+                fw_progress_begin("check", "%s backward", row.backend);
+                st = fw_bwd_run(r, bw, ctx);
+                fw_progress_end();
+            }
             if (st == FW_ERR_NOT_IMPLEMENTED) {
                 snprintf(row.note, sizeof row.note, "no backward");
                 row.status = FW_ROW_SKIPPED;
@@ -421,7 +430,11 @@ int fw_cmd_check(int argc, char **argv)
         }
         fw_status st = fw_context_set_backend(ctx, row.backend);
         if (st == FW_OK) st = fw_run_poison(r);
-        if (st == FW_OK) st = fw_run_forward(r, ctx);
+        if (st == FW_OK) {
+            fw_progress_begin("check", "%s forward", row.backend);
+            st = fw_run_forward(r, ctx);
+            fw_progress_end();
+        }
         if (st != FW_OK) {
             snprintf(row.note, sizeof row.note, "%s: %s", fw_status_string(st), fw_context_last_error(ctx));
             row.status = FW_ROW_ERROR;
@@ -430,7 +443,10 @@ int fw_cmd_check(int argc, char **argv)
             continue;
         }
         fw_errors e;
+        fw_progress_begin("check", "%s against the float64 reference%s", row.backend,
+                          r->have_ref ? "" : " (computing it first, on the CPU)");
         st = fw_run_compare(r, &e);
+        fw_progress_end();
         if (st != FW_OK) {
             snprintf(row.note, sizeof row.note, "comparison failed: %s", fw_status_string(st));
             row.status = FW_ROW_ERROR;

@@ -74,7 +74,7 @@ int fw_cmd_info(int argc, char **argv)
     const int gpus = fw_cuda_device_count();
     if (gpus <= 0) {
 #ifdef FW_HAVE_CUDA
-        printf("gpus:     none visible (no CUDA device or driver on this machine)\n");
+        printf("gpus:     none visible (the CUDA backends above say why)\n");
 #else
         printf("gpus:     none visible (this build has no CUDA support)\n");
 #endif

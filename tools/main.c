@@ -107,7 +107,11 @@ void fw_usage_bench(FILE *f)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (argc < 2) { /* no command is a usage error: the usage, on stderr, and exit 2 */
+        fw_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         if (argc >= 3 && !strcmp(argv[1], "help")) {
             if (!strcmp(argv[2], "check")) { fw_usage_check(stdout); return 0; }
             if (!strcmp(argv[2], "bench")) { fw_usage_bench(stdout); return 0; }

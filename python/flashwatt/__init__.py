@@ -14,8 +14,9 @@ tensors on the CPU and CUDA::
         ...
     print(e.joules, e.seconds)
 
-The library is found through ``$FLASHWATT_LIBRARY``, then ``../build/libflashwatt.so`` next to
-the package source, then the system loader (see :func:`library_path`).
+The library is found through ``$FLASHWATT_LIBRARY``, then the package's own copy (``pip install
+./python`` builds it), then ``../build/libflashwatt.so`` next to the package source, then the system
+loader (see :func:`library_path`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,35 @@ from ._serving import attention_varlen, attention_varlen_backward, attention_wit
 from ._lib import FlashwattError, FlashwattNotImplementedError, Status, library_path
 from ._telemetry import CpuReading, EnergyWindow, GpuReading, Snapshot, energy, telemetry
 
-__version__ = "0.1.0"
+
+def _package_version() -> str:
+    """The version CMake's project(VERSION) defines: written into the package when pip built it, else
+    read from the checkout's CMakeLists.txt (python/ used in place)."""
+    try:
+        from ._version import version  # type: ignore[import-not-found]
+
+        return str(version)
+    except ImportError:
+        pass
+    import re
+    from pathlib import Path
+
+    try:
+        text = (Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    except OSError:
+        return "unknown"
+    m = re.search(r"project\(flashwatt VERSION ([0-9]+\.[0-9]+\.[0-9]+)", text)
+    return m.group(1) if m else "unknown"
+
+
+__version__ = _package_version()
+
+# The torch custom ops (torch.ops.flashwatt.*) are registered when the torch adapter is imported: here
+# where torch already is, else at the first call with a torch tensor.
+import sys as _sys
+
+if "torch" in _sys.modules:
+    from . import _torch  # noqa: F401
 
 
 @dataclass(frozen=True)

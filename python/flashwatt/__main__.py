@@ -1,8 +1,12 @@
-"""``python -m flashwatt``: which library is loaded and what it can run."""
+"""``python -m flashwatt [info]``: which library is loaded and what it can run."""
+import sys
+
 import flashwatt
 
+USAGE = "usage: python -m flashwatt [info]\n  info (the default): the package, the library it loaded, backends, GPUs, telemetry"
 
-def main() -> None:
+
+def info() -> None:
     print(f"flashwatt {flashwatt.__version__} (library {flashwatt.version()}) at {flashwatt.library_path()}")
     print(f"cpu simd: {flashwatt.cpu_simd_level()}, cuda devices: {flashwatt.cuda_device_count()}")
     for b in flashwatt.backends():
@@ -15,5 +19,17 @@ def main() -> None:
               f"temperature {g.temperature_c} C, throttle {g.throttle_reasons}")
 
 
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args in ([], ["info"]):
+        info()
+        return 0
+    if args in (["-h"], ["--help"], ["help"]):
+        print(USAGE)
+        return 0
+    print(f"python -m flashwatt: unknown arguments {' '.join(args)!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -11,31 +12,41 @@ from ._context import Context, default_context
 LAYOUTS = ("bhsd", "bshd")
 
 
-def make_params(causal: bool, scale: Optional[float], window: Optional[Sequence[Optional[int]]]) -> _lib.FwAttnParams:
-    """fw_attn_params from the Python arguments (None = unlimited / default)."""
-    p = _lib.FwAttnParams()
+def normalize_params(causal: bool, scale: Optional[float],
+                     window: Optional[Sequence[Optional[int]]]) -> Tuple[Optional[float], bool, int, int]:
+    """The masking arguments checked and normalised: (scale or None for the default, causal, window
+    left, window right), -1 (WINDOW_UNLIMITED) for an unlimited side. Plain Python values, so that
+    torch.compile traces through this and passes them to the custom ops as constants."""
     if scale is not None:
         scale = float(scale)
         if scale == 0.0:
             raise ValueError("scale=0 is not allowed (the C API reads 0 as 'default'); "
                              "pass None for 1/sqrt(head_dim)")
-        if ctypes.c_float(scale).value == 0.0:
+        if _PARAMS.unpack(_PARAMS.pack(scale, 0, 0, 0))[0] == 0.0:
             raise ValueError(f"scale={scale!r} rounds to 0 in float32, which the C API reads as 'default' "
                              "(1/sqrt(head_dim)); the smallest scale it can take is about 1.4e-45")
-        p.scale = scale
-    else:
-        p.scale = 0.0
-    p.causal = 1 if causal else 0
     left = right = _lib.WINDOW_UNLIMITED
     if window is not None:
         if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
             raise ValueError(f"window must be a pair (left, right) of ints or None, got {window!r}")
-        # Checked here: a ctypes int64 field would silently wrap a larger value.
+        # Checked here: the C struct's int64 fields would silently wrap a larger value.
         left = _lib.WINDOW_UNLIMITED if window[0] is None else _lib.check_int(window[0], "window[0]", *_lib.INT64_RANGE)
         right = _lib.WINDOW_UNLIMITED if window[1] is None else _lib.check_int(window[1], "window[1]", *_lib.INT64_RANGE)
-    p.window_left = left
-    p.window_right = right
-    return p
+    return scale, bool(causal), left, right
+
+
+_PARAMS = struct.Struct("=fiqq")  # fw_attn_params: scale, causal, window_left, window_right
+assert _PARAMS.size == ctypes.sizeof(_lib.FwAttnParams) and _lib.FwAttnParams.window_right.offset == 16
+
+
+def pack_params(scale: Optional[float], causal: bool, left: int, right: int) -> bytes:
+    """The bytes of one fw_attn_params from normalize_params' values (scale None -> 0, the default)."""
+    return _PARAMS.pack(0.0 if scale is None else scale, 1 if causal else 0, left, right)
+
+
+def make_params(causal: bool, scale: Optional[float], window: Optional[Sequence[Optional[int]]]) -> bytes:
+    """The packed fw_attn_params of the Python arguments (None = unlimited / default), checked."""
+    return pack_params(*normalize_params(causal, scale, window))
 
 
 def call_with_backend(ctx: Context, backend: Optional[str], call: Callable[[], int]) -> Tuple[int, str]:
@@ -58,6 +69,23 @@ def raise_for(status: int, message: str, not_implemented: bool = False) -> None:
     """Raise the FlashwattError for a failed call (nothing for status 0)."""
     if status != 0:
         raise _lib.error_for(status, message, not_implemented)
+
+
+class _TorchNotLoaded:
+    """Stands for torch.Tensor until _torch.py is imported: no object is of this type."""
+
+
+def _import_torch_adapter_and_call(*args: Any) -> Any:
+    from . import _torch
+
+    return _torch.attention(*args)
+
+
+# Set by _torch.py when it is imported: torch calls then take the shortest way there (host time per call).
+# Never None: torch.compile guards on these globals, and a trace that imports _torch.py (flashwatt imported
+# before torch) changes them while it runs, which a guard on None cannot take (it fails to build).
+_torch_attention: Callable[..., Any] = _import_torch_adapter_and_call
+_torch_tensor: Any = _TorchNotLoaded
 
 
 def _is_torch(x: Any) -> bool:
@@ -115,20 +143,22 @@ def attention(
         FlashwattError: the library refused the call; ``.status`` and ``.message`` say why.
         TypeError / ValueError: arguments the binding cannot describe to the library.
     """
+    if type(q) is _torch_tensor and type(k) is _torch_tensor:
+        return _torch_attention(q, k, v, causal, scale, window, backend, return_lse, layout, context)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str, got {backend!r}")
     if context is not None and not isinstance(context, Context):
         raise TypeError(f"context must be a flashwatt.Context, got {type(context).__name__}")
-    params = make_params(causal, scale, window)
     kinds = [_is_torch(x) for x in (q, k, v)]
     if any(kinds):
         if not all(kinds):
             raise TypeError("q, k and v must all be torch tensors or all NumPy arrays")
         from . import _torch
 
-        return _torch.attention(q, k, v, params, context, backend, return_lse, layout)
+        return _torch.attention(q, k, v, causal, scale, window, backend, return_lse, layout, context)
+    params = make_params(causal, scale, window)
     if all(_is_numpy(x) for x in (q, k, v)):
         return _numpy_attention(q, k, v, params, context, backend, return_lse, layout)
     raise TypeError("q, k and v must be NumPy arrays or torch tensors, got "
@@ -187,7 +217,7 @@ def _numpy_attention(q, k, v, params, context, backend, return_lse, layout):
     descs = [np_descriptor(a) for a in (qv, kv, vv, o)]
     ctx = context if context is not None else default_context()
     lse_p = lse.ctypes.data if lse is not None else None
-    fn, h, pb = ctx._lib.fw_forward_packed, ctx.handle, bytes(params)
+    fn, h, pb = ctx._lib.fw_forward_packed, ctx.handle, params
     raise_for(*call_with_backend(ctx, backend, lambda: fn(h, descs[0], descs[1], descs[2], descs[3], lse_p, pb)))
     out = o.transpose(0, 2, 1, 3) if layout == "bshd" else o
     return (out, lse) if return_lse else out
@@ -253,7 +283,7 @@ def attention_backward(
     dq, dk, dv = like(q, qv), like(k, kv), like(v, vv)
     d = [np_descriptor(a) for a in (qv, kv, vv, ov, dov, dq, dk, dv)]
     ctx = context if context is not None else default_context()
-    fn, h, lp, pb = ctx._lib.fw_backward_packed, ctx.handle, lse.ctypes.data, bytes(params)
+    fn, h, lp, pb = ctx._lib.fw_backward_packed, ctx.handle, lse.ctypes.data, params
     st, msg = call_with_backend(ctx, backend, lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], pb))
     raise_for(st, "flashwatt backward: " + msg, not_implemented=True)
     if layout == "bshd":

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import sys
 import threading
+import weakref
 from typing import Any, Optional
 
 from . import _lib
@@ -33,9 +35,9 @@ class Context:
             the same separate pass (its wgmma kernels), elsewhere dQ added with atomics, as
             FlashAttention-2. CPU backends are deterministic either way.
 
-    A context is not meant to be shared by threads running calls at the same time (its last error
-    and CUDA stream are per context); make one per thread. The module-level functions use a
-    per-thread default context.
+    A context serves one call at a time: a call made on it while another thread's call runs raises
+    FlashwattError with ``Status.ERR_CONTEXT_BUSY`` (its last error and CUDA stream are per
+    context); make one per thread. The module-level functions use a per-thread default context.
     """
 
     def __init__(
@@ -61,6 +63,9 @@ class Context:
         self._workspace: Any = None
         self._workspace_device: Optional[str] = None
         self._check_device_values = False
+        # The number the torch custom ops take for this context (they cannot take a Python object).
+        self.op_id = next(_op_ids)
+        _by_op_id[self.op_id] = self
         self.backend = backend
         self.threads = threads
         self.precision = precision
@@ -281,9 +286,7 @@ class Context:
     # -- calls --
     def attention(self, q: Any, k: Any, v: Any, **kwargs: Any) -> Any:
         """:func:`flashwatt.attention` on this context."""
-        from ._attention import attention
-
-        return attention(q, k, v, context=self, **kwargs)
+        return _attention_module().attention(q, k, v, context=self, **kwargs)
 
     def attention_varlen(self, *args: Any, **kwargs: Any) -> Any:
         """:func:`flashwatt.attention_varlen` on this context."""
@@ -296,6 +299,10 @@ class Context:
         from ._serving import attention_with_kvcache
 
         return attention_with_kvcache(*args, context=self, **kwargs)
+
+
+def _attention_module() -> Any:
+    return sys.modules["flashwatt._attention"]  # imported by the package; a module attribute lookup per call
 
 
 def _nbytes(t: Any) -> int:
@@ -336,6 +343,22 @@ def _device_struct(device: Any) -> "_lib.FwDevice":
         if index.isdigit():
             return _lib.FwDevice(_lib.DEVICE_CUDA, _lib.check_int(int(index), "device index", *_lib.INT32_RANGE))
     raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
+
+
+_op_ids = itertools.count(1)
+_by_op_id: "weakref.WeakValueDictionary[int, Context]" = weakref.WeakValueDictionary()
+
+
+def context_of_op_id(op_id: int) -> Context:
+    """The context a custom op's number names: 0 the calling thread's default context, else the
+    ``op_id`` of a live :class:`Context`."""
+    if op_id == 0:
+        return default_context()
+    ctx = _by_op_id.get(op_id)
+    if ctx is None:
+        raise ValueError(f"flashwatt context #{op_id} no longer exists (a Context passed to a compiled call "
+                         "must outlive the compiled function's calls)")
+    return ctx
 
 
 _tls = threading.local()

@@ -35,6 +35,7 @@ class Status(enum.IntEnum):
     ERR_OUT_OF_MEMORY = 11
     ERR_NOT_IMPLEMENTED = 12
     ERR_INTERNAL = 13
+    ERR_CONTEXT_BUSY = 14
 
 
 class FlashwattError(RuntimeError):
@@ -159,7 +160,7 @@ class FwBackendInfo(ctypes.Structure):
 
 # Hot path: descriptors packed with struct (much cheaper than ctypes Structures) and passed as
 # pointers to the bytes; checked against the ctypes layout above at import.
-_TENSOR_PACK = struct.Struct("=Qiii4x4q4q")  # data, dtype, device.kind, device.index, size, stride
+TENSOR_PACK = _TENSOR_PACK = struct.Struct("=Qiii4x4q4q")  # data, dtype, device.kind, device.index, size, stride
 assert _TENSOR_PACK.size == ctypes.sizeof(FwTensor) and FwTensor.size.offset == 24 and FwTensor.stride.offset == 56
 assert ctypes.sizeof(FwAttnParams) == 24 and FwAttnParams.window_left.offset == 8
 
@@ -326,8 +327,9 @@ def load() -> ctypes.CDLL:
         _lib, _lib_path = lib, path
         return lib
     raise OSError(
-        "flashwatt: libflashwatt could not be loaded. Build it with CMake (cmake -S . -B build && "
-        "make -C build) or set FLASHWATT_LIBRARY=/path/to/libflashwatt.so. Tried:\n  "
+        "flashwatt: libflashwatt could not be loaded. Install the package with `pip install ./python` "
+        "(it builds the library into the package), build it with CMake (cmake -S . -B build && "
+        "make -C build), or set FLASHWATT_LIBRARY=/path/to/libflashwatt.so. Tried:\n  "
         + "\n  ".join(tried)
     )
 

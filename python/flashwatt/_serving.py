@@ -13,7 +13,7 @@ import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _lib
-from ._attention import call_with_backend, make_params, raise_for
+from ._attention import call_with_backend, normalize_params, pack_params, raise_for
 from ._context import Context, default_context
 
 Named = Sequence[Tuple[str, Any]]
@@ -270,14 +270,25 @@ def _max_seqlen(value: Any, name: str) -> int:
     return _lib.check_int(value, name, *_lib.INT64_RANGE)
 
 
-def _context(context: Optional[Context], backend: Optional[str]) -> Context:
+def _check_call(context: Optional[Context], backend: Optional[str]) -> str:
     if context is not None and not isinstance(context, Context):
         raise TypeError(f"context must be a flashwatt.Context, got {type(context).__name__}")
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"backend must be a str, got {backend!r}")
+    return "auto" if backend is None else backend
+
+
+def _context(context: Optional[Context]) -> Context:
     ctx = context if context is not None else default_context()
     _lib.require_serving(ctx._lib)
     return ctx
+
+
+def _through_ops(arrays, *ts: Any) -> bool:
+    """Whether a torch call goes through its custom op (while torch.compile traces; tensors without data)."""
+    if not isinstance(arrays, _TorchArrays):
+        return False
+    return arrays._torch.use_ops(*(t for t in ts if t is not None))
 
 
 # ---- the calls -----------------------------------------------------------------------------------
@@ -335,16 +346,34 @@ def attention_varlen(
         TypeError / ValueError: an argument the binding cannot hand to the library (wrong dtype of
             an offsets array, wrong length, another device, an int out of range...).
     """
-    params = make_params(causal, scale, window)
-    ctx = _context(context, backend)
+    masking = normalize_params(causal, scale, window)
+    backend = _check_call(context, backend)
     named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
     arrays = _arrays_of(named)
     max_q, max_k = _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k")
-    _same_device(arrays, ctx, named)
-    if arrays.needs_grad(named[:3]):  # torch autograd: the forward below, the backward fw_attention_varlen_backward
-        o, lse = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window, scale,
+    if _through_ops(arrays, q, k, v, cu_seqlens_q, cu_seqlens_k):
+        # the op has no registered backward yet: refuse here rather than at backward time
+        arrays.check_no_grad("attention_varlen under torch.compile", named[:3])
+        o, lse = arrays.torch.ops.flashwatt.attention_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, *masking, return_lse, backend,
+            context.op_id if context is not None else 0)
+    elif arrays.needs_grad(named[:3]):  # torch autograd: the backward is fw_attention_varlen_backward
+        o, lse = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking),
                                           backend, context)
-        return (o, lse) if return_lse else o
+    else:
+        o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking), return_lse,
+                             backend, context, arrays)
+    return (o, lse) if return_lse else o
+
+
+def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_q: int, max_k: int, params: bytes,
+                want_lse: bool, backend: str, context: Optional[Context], arrays: Any = None) -> Tuple[Any, Any]:
+    """The ragged call on checked scalar arguments (eagerly, and as the op flashwatt::attention_varlen):
+    (output, lse or None)."""
+    ctx = _context(context)
+    named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
+    arrays = arrays if arrays is not None else _arrays_of(named)
+    _same_device(arrays, ctx, named)
     doc_q, doc_k = "(total_q, heads, head_dim)", "(total_k, kv_heads, head_dim)"
     q = _floats(arrays, q, "q", 3, doc_q)
     k, v = _floats(arrays, k, "k", 3, doc_k), _floats(arrays, v, "v", 3, doc_k)
@@ -354,13 +383,13 @@ def attention_varlen(
     cu_k = _int32_vector(arrays, cu_seqlens_k, "cu_seqlens_k", batch + 1,
                          f"batch + 1 offsets, as cu_seqlens_q has for {batch} sequences")
     o = arrays.empty_like(q)
-    lse = arrays.empty_f32((q.shape[1], q.shape[0]), q) if return_lse else None
+    lse = arrays.empty_f32((q.shape[1], q.shape[0]), q) if want_lse else None
     d = [_packed_desc(arrays, t) for t in (q, k, v, o)]
     seqs = _lib.pack_varlen(batch, cu_q, cu_k, max_q, max_k)
     lse_p = arrays.raw(lse)[0] if lse is not None else None
-    fn, h, pb = ctx._lib.fw_varlen_packed, ctx.handle, bytes(params)
+    fn, h, pb = ctx._lib.fw_varlen_packed, ctx.handle, params
     raise_for(*arrays.run(ctx, backend, q, lambda: fn(h, d[0], d[1], d[2], d[3], lse_p, seqs, pb)))
-    return (o, lse) if return_lse else o
+    return o, lse
 
 
 def _lse_of(arrays, lse: Any, heads: int, total_q: int) -> Any:
@@ -405,13 +434,23 @@ def attention_varlen_backward(
             the CPU backends only, for now); also a ``NotImplementedError``.
         FlashwattError / TypeError / ValueError: as :func:`attention_varlen`.
     """
-    params = make_params(causal, scale, window)
-    ctx = _context(context, backend)
+    masking = normalize_params(causal, scale, window)
+    backend = _check_call(context, backend)
+    return varlen_backward_call(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k,
+                                _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k"),
+                                pack_params(*masking), backend, context)
+
+
+def varlen_backward_call(q: Any, k: Any, v: Any, out: Any, lse: Any, dout: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                         max_q: int, max_k: int, params: bytes, backend: str, context: Optional[Context]
+                         ) -> Tuple[Any, Any, Any]:
+    """The ragged backward on checked scalar arguments (the explicit call and the autograd Function's
+    backward; what a custom op flashwatt::attention_varlen_backward would run): (dq, dk, dv)."""
+    ctx = _context(context)
     _lib.require_varlen_backward(ctx._lib)
     named = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout), ("cu_seqlens_q", cu_seqlens_q),
              ("cu_seqlens_k", cu_seqlens_k))
     arrays = _arrays_of(named)
-    max_q, max_k = _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k")
     _same_device(arrays, ctx, named)
     doc_q, doc_k = "(total_q, heads, head_dim)", "(total_k, kv_heads, head_dim)"
     q, out, dout = (_floats(arrays, a, n, 3, doc_q) for a, n in ((q, "q"), (out, "out"), (dout, "dout")))
@@ -424,8 +463,9 @@ def attention_varlen_backward(
     dq, dk, dv = arrays.empty_like(q), arrays.empty_like(k), arrays.empty_like(v)
     d = [_packed_desc(arrays, t) for t in (q, k, v, out, dout, dq, dk, dv)]
     seqs = _lib.pack_varlen(batch, cu_q, cu_k, max_q, max_k)
-    fn, h, lp, pb = ctx._lib.fw_varlen_backward_packed, ctx.handle, arrays.raw(lse)[0], bytes(params)
-    st, msg = arrays.run(ctx, backend, q, lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], seqs, pb))
+    fn, h, lp = ctx._lib.fw_varlen_backward_packed, ctx.handle, arrays.raw(lse)[0]
+    st, msg = arrays.run(ctx, backend, q,
+                         lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], seqs, params))
     raise_for(st, "flashwatt backward: " + msg, not_implemented=True)
     return dq, dk, dv
 
@@ -434,9 +474,9 @@ _varlen_autograd: Any = None
 
 
 def _varlen_function() -> Any:
-    """The autograd Function of :func:`attention_varlen` on torch tensors (made on first use: torch is
-    optional). Its forward is the plain call with the LSE (grad mode is off inside it), saving q, k, v,
-    the output, the LSE and the offsets; its backward is :func:`attention_varlen_backward`."""
+    """The autograd Function of :func:`attention_varlen` on torch tensors in eager mode (made on first
+    use: torch is optional). Its forward is varlen_call with the LSE, saving q, k, v, the output, the
+    LSE and the offsets; its backward is varlen_backward_call (fw_attention_varlen_backward)."""
     global _varlen_autograd
     if _varlen_autograd is not None:
         return _varlen_autograd
@@ -444,12 +484,10 @@ def _varlen_function() -> Any:
 
     class VarlenFunction(torch.autograd.Function):
         @staticmethod
-        def forward(fctx: Any, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, window, scale, backend,
-                    context):
-            o, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal=causal, window=window,
-                                      scale=scale, return_lse=True, backend=backend, context=context)
+        def forward(fctx: Any, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, backend, context):
+            o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, True, backend, context)
             fctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
-            fctx.args = (max_q, max_k, causal, window, scale, backend, context)
+            fctx.args = (max_q, max_k, params, backend, context)
             fctx.mark_non_differentiable(lse)
             fctx.set_materialize_grads(False)  # no zero tensor for the LSE's (unused) gradient
             return o, lse
@@ -458,12 +496,10 @@ def _varlen_function() -> Any:
         @torch.autograd.function.once_differentiable
         def backward(fctx: Any, dout, dlse):
             if dout is None:  # only the LSE was used: no gradient flows to q, k, v
-                return (None,) * 12
+                return (None,) * 10
             q, k, v, o, lse, cu_q, cu_k = fctx.saved_tensors
-            max_q, max_k, causal, window, scale, backend, context = fctx.args
-            dq, dk, dv = attention_varlen_backward(q, k, v, o, lse, dout, cu_q, cu_k, max_q, max_k, causal=causal,
-                                                   window=window, scale=scale, backend=backend, context=context)
-            return (dq, dk, dv) + (None,) * 9
+            dq, dk, dv = varlen_backward_call(q, k, v, o, lse, dout, cu_q, cu_k, *fctx.args)
+            return (dq, dk, dv) + (None,) * 7
 
     _varlen_autograd = VarlenFunction
     return _varlen_autograd
@@ -520,8 +556,8 @@ def attention_with_kvcache(
         FlashwattError / TypeError / ValueError: as :func:`attention_varlen`; also a ValueError when
             the cache cannot be used in place or only one of k, v is given.
     """
-    params = make_params(causal, scale, window)
-    ctx = _context(context, backend)
+    masking = normalize_params(causal, scale, window)
+    backend = _check_call(context, backend)
     named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
              ("block_table", block_table), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q))
     arrays = _arrays_of(named)
@@ -531,10 +567,31 @@ def attention_with_kvcache(
     if packed != (max_seqlen_q is not None):
         raise ValueError("cu_seqlens_q and max_seqlen_q go together: both for packed (total_q, heads, "
                          "head_dim) queries, neither for (batch, seqlen_q, heads, head_dim)")
-    max_q = _max_seqlen(max_seqlen_q, "max_seqlen_q") if packed else 0
-    _same_device(arrays, ctx, named)
+    max_q = _max_seqlen(max_seqlen_q, "max_seqlen_q") if packed else None
     arrays.check_no_grad("attention_with_kvcache", (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
                                                     ("k", k), ("v", v)))
+    if _through_ops(arrays, q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q):
+        o, lse = arrays.torch.ops.flashwatt.attention_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q, max_q, *masking, return_lse, backend,
+            context.op_id if context is not None else 0)
+    else:
+        o, lse = kvcache_call(q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q, max_q,
+                              pack_params(*masking), return_lse, backend, context, arrays)
+    return (o, lse) if return_lse else o
+
+
+def kvcache_call(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any, k: Any, v: Any,
+                 cu_seqlens_q: Any, max_q: Optional[int], params: bytes, want_lse: bool, backend: str,
+                 context: Optional[Context], arrays: Any = None) -> Tuple[Any, Any]:
+    """The KV-cache call on checked scalar arguments (eagerly, and as the op
+    flashwatt::attention_with_kvcache): (output, lse or None). Writes k, v into the caches when given."""
+    ctx = _context(context)
+    named = (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
+             ("block_table", block_table), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q))
+    arrays = arrays if arrays is not None else _arrays_of(named)
+    _same_device(arrays, ctx, named)
+    packed = cu_seqlens_q is not None
+    max_q = max_q if packed else 0
     ndim, q_doc = (3, "(total_q, heads, head_dim)") if packed else (4, "(batch, seqlen_q, heads, head_dim)")
     q = _floats(arrays, q, "q", ndim, q_doc)
     new_doc = q_doc.replace("heads", "kv_heads")
@@ -558,7 +615,7 @@ def attention_with_kvcache(
     table, pages, row_stride = _block_table(arrays, block_table, batch) if block_table is not None else (0, 0, 0)
     o = arrays.empty_like(q)
     lse = None
-    if return_lse:
+    if want_lse:
         lse_shape = (q.shape[1], q.shape[0]) if packed else (q.shape[0], q.shape[2], q.shape[1])
         lse = arrays.empty_f32(lse_shape, q)
     desc = _packed_desc if packed else _bshd_desc
@@ -568,9 +625,9 @@ def attention_with_kvcache(
                                row_stride)
     q_seqs = _lib.pack_varlen(batch, cu_q, 0, max_q, 0) if packed else None
     lse_p = arrays.raw(lse)[0] if lse is not None else None
-    fn, h, pb = ctx._lib.fw_kvcache_packed, ctx.handle, bytes(params)
+    fn, h, pb = ctx._lib.fw_kvcache_packed, ctx.handle, params
     raise_for(*arrays.run(ctx, backend, q, lambda: fn(h, qd, cache, kd, vd, od, lse_p, q_seqs, pb)))
-    return (o, lse) if return_lse else o
+    return o, lse
 
 
 __all__: List[str] = ["attention_varlen", "attention_varlen_backward", "attention_with_kvcache"]

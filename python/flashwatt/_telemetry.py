@@ -242,7 +242,10 @@ class EnergyWindow:
     After the block: ``seconds`` (wall time of the window), ``joules`` (GPU energy over it),
     ``avg_w`` and ``peak_w`` (watts), ``source`` ("counter": the driver's energy counter;
     "sampled": the integral of sampled power; "n/a"), ``cpu_joules`` (CPU package energy over
-    the same window). Values that were not measured are None. Synchronise the GPU inside the
+    the same window), ``note`` (why the GPU was not measured, "" when it was). Values that were
+    not measured are None. On a machine without GPU telemetry (no NVIDIA driver, no GPU, no NVML)
+    the window still opens: ``joules`` is None, ``source`` "n/a" and ``note`` says why; an index
+    beyond the GPUs that telemetry sees raises ``FlashwattError``. Synchronise the GPU inside the
     block (e.g. ``torch.cuda.synchronize()``) so the work is inside the window, and measure
     windows of >= 1 s: the counter and the power reading refresh about every 100 ms.
 
@@ -263,21 +266,30 @@ class EnergyWindow:
         self.samples: int = 0
         self.sampled_joules: Optional[float] = None
         self.cpu_joules: Optional[float] = None
+        self.note: str = ""
         self._w: Optional[FwEnergyWindow] = None
+        self._sampling = False
 
     def __enter__(self) -> "EnergyWindow":
         h = _open()  # raises FlashwattNotImplementedError without telemetry in the build
         lib = _lib.load()
-        if self.sample_ms is not None:
+        gpu = self.gpu
+        if gpu >= 0 and lib.fw_telemetry_gpu_count(h) == 0:
+            # No GPU telemetry at all: a window of seconds (and CPU joules where readable), GPU values n/a.
+            self.note = "no GPU telemetry: " + (lib.fw_telemetry_describe(h) or b"").decode(errors="replace")
+            gpu = -1
+        if self.sample_ms is not None and gpu >= 0:
             st = lib.fw_telemetry_start_sampler(h, int(self.sample_ms), 0)
             if st != 0:
                 raise _lib.error_for(st, "cannot start the telemetry sampler: "
                                      + (lib.fw_telemetry_describe(h) or b"").decode(errors="replace"))
+            self._sampling = True
         self._w = FwEnergyWindow()
-        st = lib.fw_energy_begin(h, self.gpu, ctypes.byref(self._w))
+        st = lib.fw_energy_begin(h, gpu, ctypes.byref(self._w))
         if st != 0:
-            if self.sample_ms is not None:
+            if self._sampling:
                 lib.fw_telemetry_stop_sampler(h)
+                self._sampling = False
             raise _lib.error_for(st, f"cannot open an energy window on gpu {self.gpu}: "
                                      + (lib.fw_telemetry_describe(h) or b"").decode(errors="replace"))
         return self
@@ -287,8 +299,9 @@ class EnergyWindow:
         assert self._w is not None
         w = self._w
         st = lib.fw_energy_end(ctypes.byref(w))
-        if self.sample_ms is not None:
+        if self._sampling:
             lib.fw_telemetry_stop_sampler(_open())
+            self._sampling = False
         # FW_ERR_UNSUPPORTED: the window closed but nothing measured it (joules stay None).
         if st not in (0, _lib.Status.ERR_UNSUPPORTED):
             if exc[0] is None:
@@ -309,7 +322,7 @@ class EnergyWindow:
     def __repr__(self) -> str:
         return (f"EnergyWindow(gpu={self.gpu}, seconds={self.seconds}, joules={self.joules}, "
                 f"avg_w={self.avg_w}, peak_w={self.peak_w}, source={self.source!r}, "
-                f"cpu_joules={self.cpu_joules})")
+                f"cpu_joules={self.cpu_joules}{', note=' + repr(self.note) if self.note else ''})")
 
 
 def energy(gpu: int = 0, sample_ms: Optional[int] = None) -> EnergyWindow:

@@ -1,5 +1,13 @@
 """The PyTorch adapter: descriptors of torch tensors (CPU and CUDA, their own strides, torch's
-current CUDA stream) and the autograd Function whose backward calls fw_attention_backward."""
+current CUDA stream), the calls themselves, and the two ways a call reaches them:
+
+- eagerly, straight from :func:`attention` (an ``autograd.Function`` where a gradient is needed):
+  the fewest Python steps between the caller and the C call, because each one is host time that
+  SDPA does not spend;
+- under ``torch.compile`` (and for tensors that hold no data: fake, meta, subclasses), through the
+  custom operators of ``_torch_ops.py`` (``torch.ops.flashwatt.*``, with fake implementations and a
+  registered autograd), which run the same calls below.
+"""
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple
@@ -7,10 +15,11 @@ from typing import Any, Optional, Tuple
 import torch
 
 from . import _lib
-from ._attention import call_with_backend, raise_for
+from ._attention import LAYOUTS, call_with_backend, normalize_params, pack_params, raise_for
 from ._context import Context, default_context
 
 _DTYPES = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
+_Tensor = torch.Tensor
 
 
 def _logical(t: torch.Tensor, name: str, layout: str) -> torch.Tensor:
@@ -19,26 +28,31 @@ def _logical(t: torch.Tensor, name: str, layout: str) -> torch.Tensor:
         raise ValueError(f"{name} must be 4-D ({order}), got shape {tuple(t.shape)}")
     if t.dtype not in _DTYPES:
         raise TypeError(f"{name} is {t.dtype}; flashwatt takes float32, float16 or bfloat16")
-    if t.device.type not in ("cpu", "cuda"):
+    if not (t.is_cuda or t.is_cpu):
         raise TypeError(f"{name} is on {t.device}; flashwatt takes cpu and cuda tensors")
     return t.transpose(1, 2) if layout == "bshd" else t
 
 
 def _describable(t: torch.Tensor) -> torch.Tensor:
     """t itself when the C API takes its strides (head_dim stride 1), else a contiguous copy."""
-    if t.size(3) != 1 and t.stride(3) != 1:
+    if t.stride(3) != 1 and t.size(3) != 1:
         return t.contiguous()
     return t
+
+
+_pack = _lib.TENSOR_PACK.pack
+_CUDA, _CPU = _lib.DEVICE_CUDA, _lib.DEVICE_CPU
 
 
 def descriptor(t: torch.Tensor) -> bytes:
     """Packed fw_tensor of a 4-D logical (B, H, S, D) tensor: its own data pointer and strides."""
     if t.is_cuda:
-        return _lib.pack_tensor(t.data_ptr(), _DTYPES[t.dtype], _lib.DEVICE_CUDA, t.get_device(), t.shape, t.stride())
-    return _lib.pack_tensor(t.data_ptr(), _DTYPES[t.dtype], _lib.DEVICE_CPU, 0, t.shape, t.stride())
+        return _pack(t.data_ptr(), _DTYPES[t.dtype], _CUDA, t.get_device(), *t.shape, *t.stride())
+    return _pack(t.data_ptr(), _DTYPES[t.dtype], _CPU, 0, *t.shape, *t.stride())
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def _current_stream(index: int) -> int:
@@ -53,8 +67,8 @@ def _run(ctx: Context, backend: Optional[str], t: torch.Tensor, call) -> Tuple[i
     context (for CPU tensors just call())."""
     if not t.is_cuda:
         return call_with_backend(ctx, backend, call)
-    index, cur = t.device.index, torch.cuda.current_device()
-    if index is not None and index != cur:
+    index, cur = t.get_device(), _get_device()
+    if index != cur:
         with torch.cuda.device(index):
             ctx.set_stream(_current_stream(index))
             return call_with_backend(ctx, backend, call)
@@ -62,8 +76,19 @@ def _run(ctx: Context, backend: Optional[str], t: torch.Tensor, call) -> Tuple[i
     return call_with_backend(ctx, backend, call)
 
 
-def _lse_ptr(lse: Optional[torch.Tensor]) -> Optional[int]:
-    return lse.data_ptr() if lse is not None else None
+def _call(ctx: Context, backend: str, t: torch.Tensor, fn, *args) -> None:
+    """fn(ctx's handle, *args), a C call, with backend set on ctx for it and on t's device and torch's
+    current stream there; raises the library's error. The common case (the context's own backend, the
+    current device) in the fewest steps: each is host time of every call."""
+    if backend != "auto" and backend != ctx._backend or t.is_cuda and t.get_device() != _get_device():
+        h = ctx.handle
+        raise_for(*_run(ctx, backend, t, lambda: fn(h, *args)))
+        return
+    if t.is_cuda:
+        ctx.set_stream(_current_stream(t.get_device()))
+    st = fn(ctx.handle, *args)
+    if st != 0:
+        raise _lib.error_for(st, ctx.last_error)
 
 
 def _empty_like_user(q: torch.Tensor, layout: str) -> torch.Tensor:
@@ -74,10 +99,18 @@ def _empty_like_user(q: torch.Tensor, layout: str) -> torch.Tensor:
     return torch.empty_like(q)
 
 
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: _lib.FwAttnParams,
-            context: Optional[Context], backend: Optional[str], want_lse: bool, layout: str = "bhsd"
+def _lse_ptr(lse: Optional[torch.Tensor]) -> Optional[int]:
+    return lse.data_ptr() if lse is not None else None
+
+
+# ---- the calls ---------------------------------------------------------------------------------
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: bytes, context: Optional[Context],
+            backend: Optional[str], want_lse: bool, layout: str = "bhsd"
             ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """One fw_attention_forward on logical (B, H, S, D) tensors; returns (o, lse or None)."""
+    """One fw_attention_forward on logical (B, H, S, D) tensors; returns (o, lse or None).
+    params: packed fw_attn_params (_attention.make_params)."""
     o, lse, _ = _forward_described(_describable(q), _describable(k), _describable(v), params, context, backend,
                                    want_lse, layout)
     return o, lse
@@ -86,17 +119,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: _lib.FwAt
 def _forward_described(q, k, v, params, context, backend, want_lse, layout):
     """forward() on tensors _describable already passed; also returns the descriptors of q, k, v, o
     (the autograd Function hands them to the backward, which sees the same tensors)."""
-    o = _empty_like_user(q, layout)
-    B, H, Lq, _ = q.shape
-    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device) if want_lse else None
+    o = torch.empty_like(q) if layout == "bhsd" else _empty_like_user(q, layout)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if want_lse else None
     descs = (descriptor(q), descriptor(k), descriptor(v), descriptor(o))
     ctx = context if context is not None else default_context()
-    fn, h, lp, pb = ctx._lib.fw_forward_packed, ctx.handle, _lse_ptr(lse), bytes(params)
-    raise_for(*_run(ctx, backend, q, lambda: fn(h, descs[0], descs[1], descs[2], descs[3], lp, pb)))
+    _call(ctx, backend, q, ctx._lib.fw_forward_packed, descs[0], descs[1], descs[2], descs[3],
+          None if lse is None else lse.data_ptr(), params)
     return o, lse, descs
 
 
-def backward(q, k, v, o, lse, dout, params, context, backend, descs=None):
+def backward(q, k, v, o, lse, dout, params: bytes, context, backend, descs=None):
     """One fw_attention_backward; returns (dq, dk, dv) shaped like q, k, v. Raises
     NotImplementedError (FlashwattNotImplementedError) where no backend has a backward. descs: the
     packed descriptors of q, k, v, o where the caller has them (the autograd Function's forward)."""
@@ -105,26 +137,27 @@ def backward(q, k, v, o, lse, dout, params, context, backend, descs=None):
     dqkv = descs if descs is not None else (descriptor(q), descriptor(k), descriptor(v), descriptor(o))
     d = dqkv + (descriptor(dout), descriptor(dq), descriptor(dk), descriptor(dv))
     ctx = context if context is not None else default_context()
-    fn, h, lp, pb = ctx._lib.fw_backward_packed, ctx.handle, _lse_ptr(lse), bytes(params)
-    st, msg = _run(ctx, backend, q, lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], pb))
+    fn, h, lp = ctx._lib.fw_backward_packed, ctx.handle, _lse_ptr(lse)
+    st, msg = _run(ctx, backend or "auto", q, lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], params))
     raise_for(st, "flashwatt backward: " + msg, not_implemented=True)
     return dq, dk, dv
 
 
 class AttentionFunction(torch.autograd.Function):
-    """Autograd for flashwatt attention on logical (B, H, S, D) tensors.
+    """Eager autograd for flashwatt attention on logical (B, H, S, D) tensors.
 
     Forward saves q, k, v, o and the float32 LSE; backward calls ``fw_attention_backward``
-    (dk, dv summed over each kv group for GQA). The LSE output is not differentiable.
+    (dk, dv summed over each kv group for GQA). The LSE output is not differentiable. Under
+    torch.compile the op ``flashwatt::attention_forward`` with its registered autograd does the same.
     """
 
     @staticmethod
-    def forward(fctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: _lib.FwAttnParams,
+    def forward(fctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: bytes,
                 context: Optional[Context], backend: Optional[str], layout: str):
         q, k, v = _describable(q), _describable(k), _describable(v)
         o, lse, descs = _forward_described(q, k, v, params, context, backend, True, layout)
         fctx.save_for_backward(q, k, v, o, lse)
-        fctx.params = params  # made for this call (make_params) and never changed
+        fctx.params = params
         fctx.descs = descs  # of q, k, v, o: the saved tensors themselves, so the backward reuses them
         fctx.context = context  # None: the default context of whichever thread runs backward
         fctx.backend = backend
@@ -142,19 +175,86 @@ class AttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
-def attention(q, k, v, params: _lib.FwAttnParams, context, backend, return_lse: bool, layout: str):
-    """Torch entry point of flashwatt.attention (arguments already checked)."""
-    qv, kv, vv = (_logical(t, n, layout) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (qv, kv, vv))
-    if needs_grad:
-        o, lse = AttentionFunction.apply(qv, kv, vv, params, context, backend, layout)
+# ---- the front ends ----------------------------------------------------------------------------
+
+
+def _plain(*ts: torch.Tensor) -> bool:
+    """Whether the tensors hold data the C library can read (not fake, meta or a subclass)."""
+    for t in ts:
+        if type(t) is not _Tensor or t.is_meta:
+            return False
+    return True
+
+
+def use_ops(*ts: torch.Tensor) -> bool:
+    """Whether a call goes through the custom ops: while torch.compile traces, or for tensors
+    without data. Eager calls on real tensors skip the dispatcher (its cost is host time per call)."""
+    return torch.compiler.is_compiling() or not _plain(*ts)
+
+
+def autocast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as SDPA sees them under torch.autocast: float32/float16/bfloat16 inputs cast to the
+    autocast dtype of their device type when autocast is on there (SDPA is a lower-precision op)."""
+    device_type = q.device.type
+    if not torch.is_autocast_enabled(device_type):
+        return q, k, v
+    dt = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dt) if t.dtype in _DTYPES and t.dtype != dt else t for t in (q, k, v))  # type: ignore
+
+
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+
+
+def check_call(backend: Any, context: Any) -> str:
+    """The backend name ("auto" for None), after the types of backend and context are checked."""
+    if context is not None and not isinstance(context, Context):
+        raise TypeError(f"context must be a flashwatt.Context, got {type(context).__name__}")
+    if backend is None:
+        return "auto"
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {backend!r}")
+    return backend
+
+
+def _fast(t: Any) -> bool:
+    """A real 4-D CPU or CUDA tensor of a dtype the library takes: the eager path needs no other check."""
+    return type(t) is _Tensor and t.dim() == 4 and t.dtype in _DTYPES and (t.is_cuda or t.is_cpu)
+
+
+def attention(q, k, v, causal: bool, scale: Optional[float], window: Any, backend: Optional[str],
+              return_lse: bool, layout: str, context: Optional[Context]):
+    """Torch entry point of flashwatt.attention (its arguments as given)."""
+    if scale is None and window is None:
+        masking = (None, bool(causal), _lib.WINDOW_UNLIMITED, _lib.WINDOW_UNLIMITED)
     else:
-        o, lse = forward(qv, kv, vv, params, context, backend, want_lse=return_lse, layout=layout)
+        masking = normalize_params(causal, scale, window)
+    if backend != "auto" or context is not None:
+        backend = check_call(backend, context)
+    if layout != "bhsd" and layout != "bshd":
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if not torch.compiler.is_compiling() and _fast(q) and _fast(k) and _fast(v):
+        if layout == "bshd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if _any_autocast is None or _any_autocast():
+            q, k, v = autocast(q, k, v)
+        if (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled():
+            o, lse = AttentionFunction.apply(q, k, v, pack_params(*masking), context, backend, layout)
+        else:
+            o, lse, _ = _forward_described(_describable(q), _describable(k), _describable(v), pack_params(*masking),
+                                           context, backend, return_lse, layout)
+    else:  # torch.compile traces this, and tensors without data go this way: the custom op
+        q, k, v = _logical(q, "q", layout), _logical(k, "k", layout), _logical(v, "v", layout)
+        q, k, v = autocast(q, k, v)
+        needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        scale, causal, left, right = masking
+        o, lse = torch.ops.flashwatt.attention_forward(
+            q, k, v, scale, causal, left, right, return_lse or needs_grad, layout, backend,
+            context.op_id if context is not None else 0)
     out = o.transpose(1, 2) if layout == "bshd" else o
     return (out, lse) if return_lse else out
 
 
-def attention_backward(q, k, v, out, lse, dout, params: _lib.FwAttnParams, context, backend, layout: str):
+def attention_backward(q, k, v, out, lse, dout, params: bytes, context, backend, layout: str):
     """Torch entry point of flashwatt.attention_backward (explicit, outside autograd)."""
     qv, kv, vv, ov, dov = (_logical(t, n, layout) for t, n in
                            ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout")))
@@ -168,3 +268,9 @@ def attention_backward(q, k, v, out, lse, dout, params: _lib.FwAttnParams, conte
     if layout == "bshd":
         dq, dk, dv = (g.transpose(1, 2) for g in (dq, dk, dv))
     return dq, dk, dv
+
+
+from . import _attention as _front  # noqa: E402
+from . import _torch_ops  # noqa: E402,F401  (registers torch.ops.flashwatt.*)
+
+_front._torch_attention, _front._torch_tensor = attention, _Tensor

@@ -7,6 +7,7 @@
 #include "flashwatt.h"
 #include "context.h"
 #include "validate.h"
+#include "nvtx.h"
 #include "backends/backend.h"
 #include "sched/sched.h"
 
@@ -48,7 +49,9 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     ex.err = msg;
     ex.err_len = sizeof msg;
     ex.knobs = &ctx->knobs;
+    const int ranged = fw_nvtx_push(b->name, p, pass == FW_PASS_FORWARD ? FW_NVTX_FORWARD : FW_NVTX_BACKWARD, cfg.name);
     st = pass == FW_PASS_FORWARD ? b->forward(p, &cfg, &ex) : b->backward(p, &cfg, &ex);
+    if (ranged) fw_nvtx_pop();
     if (st != FW_OK) {
         char full[1024 + 96];
         snprintf(full, sizeof full, "%s: %s", b->name, msg[0] ? msg : fw_status_string(st));
@@ -61,11 +64,10 @@ static fw_status run_pass(fw_context *ctx, fw_problem *p, fw_pass pass)
     return FW_OK;
 }
 
-fw_status fw_attention_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
-                               const fw_tensor *v, fw_tensor *o, float *lse,
-                               const fw_attn_params *params)
+static fw_status fw_attention_forward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                           const fw_tensor *v, fw_tensor *o, float *lse,
+                                           const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_forward(q, k, v, o, lse, params, &p, msg, sizeof msg);
@@ -75,13 +77,14 @@ fw_status fw_attention_forward(fw_context *ctx, const fw_tensor *q, const fw_ten
     }
     return run_pass(ctx, &p, FW_PASS_FORWARD);
 }
+FW_CONTEXT_HELD(fw_attention_forward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, fw_tensor *o, float *lse,
+                                       const fw_attn_params *params), (ctx, q, k, v, o, lse, params))
 
-fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
-                                const fw_tensor *v, const fw_tensor *o, const float *lse,
-                                const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
-                                const fw_attn_params *params)
+static fw_status fw_attention_backward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                            const fw_tensor *v, const fw_tensor *o, const float *lse,
+                                            const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
+                                            const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_backward(q, k, v, o, lse, dout, dq, dk, dv, params, &p, msg, sizeof msg);
@@ -91,6 +94,9 @@ fw_status fw_attention_backward(fw_context *ctx, const fw_tensor *q, const fw_te
     }
     return run_pass(ctx, &p, FW_PASS_BACKWARD);
 }
+FW_CONTEXT_HELD(fw_attention_backward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
+                                        const float *lse, const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
+                                        const fw_attn_params *params), (ctx, q, k, v, o, lse, dout, dq, dk, dv, params))
 
 /* ---- backend queries ----------------------------------------------------------------------- */
 
@@ -151,9 +157,8 @@ fw_status fw_api_run_forward(fw_context *ctx, fw_problem *p) { return run_pass(c
 
 fw_status fw_api_run_backward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_BACKWARD); }
 
-fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
+static fw_status fw_attention_workspace_size_held(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     if (!query || !bytes) {
         set_error(ctx, !query ? "query is NULL" : "bytes is NULL");
         return FW_ERR_NULL_ARGUMENT;
@@ -164,8 +169,8 @@ fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query 
     const int64_t sizes[6] = {w->max_batch, w->heads, w->kv_heads, w->head_dim, w->max_seqlen_q, w->max_seqlen_k};
     static const char *names[6] = {"max_batch", "heads", "kv_heads", "head_dim", "max_seqlen_q", "max_seqlen_k"};
     for (int i = 0; i < 6; i++)
-        if (sizes[i] < 1 || sizes[i] > ((int64_t)1 << 31)) {
-            snprintf(msg, sizeof msg, "query.%s is %lld; it must be in 1..2^31", names[i], (long long)sizes[i]);
+        if (sizes[i] < 1 || sizes[i] > ((int64_t)1 << 31) - 1) {
+            snprintf(msg, sizeof msg, "query.%s is %lld; it must be in 1..2^31 - 1", names[i], (long long)sizes[i]);
             set_error(ctx, msg);
             return FW_ERR_INVALID_SHAPE;
         }
@@ -207,3 +212,4 @@ fw_status fw_attention_workspace_size(fw_context *ctx, const fw_workspace_query 
     ctx->last_error[0] = 0;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_attention_workspace_size, (fw_context *ctx, const fw_workspace_query *query, size_t *bytes), (ctx, query, bytes))

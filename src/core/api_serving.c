@@ -2,6 +2,7 @@
  * arguments (the int32 arrays' values too where the host may read them), then dispatches like the dense call. */
 #include <stdio.h>
 #include <stdlib.h>
+#include "core/alloc.h"
 #include "flashwatt.h"
 #include "context.h"
 #include "validate.h"
@@ -15,7 +16,7 @@ static fw_status copy_values(const fw_context *ctx, const fw_problem *p, int32_t
     static const char *names[4] = {"cu_seqlens_q", "cu_seqlens_k", "cache.seqlens", "cache.block_table"};
     for (int i = 0; i < 4; i++) {
         if (!n[i]) continue;
-        host[i] = (int32_t *)malloc((size_t)n[i] * sizeof(int32_t));
+        host[i] = (int32_t *)fw_malloc((size_t)n[i] * sizeof(int32_t));
         if (!host[i]) {
             snprintf(msg, len, "no host memory to check %s (%lld values)", names[i], (long long)n[i]);
             return FW_ERR_OUT_OF_MEMORY;
@@ -41,7 +42,7 @@ static fw_status check_values(const fw_context *ctx, const fw_problem *p, char *
     int32_t *host[4] = {NULL, NULL, NULL, NULL};
     fw_status st = copy_values(ctx, p, host, msg, len);
     if (st == FW_OK) st = fw_validate_serving_values(p, host[0], host[1], host[2], host[3], msg, len);
-    for (int i = 0; i < 4; i++) free(host[i]);
+    for (int i = 0; i < 4; i++) fw_free(host[i]);
     return st;
 }
 
@@ -57,34 +58,42 @@ static fw_status run_serving(fw_context *ctx, fw_problem *p, fw_status st, char 
     return pass == FW_PASS_FORWARD ? fw_api_run_forward(ctx, p) : fw_api_run_backward(ctx, p);
 }
 
-fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
-                                      fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
+static fw_status fw_attention_varlen_forward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
+                                                  fw_tensor *o, float *lse, const fw_varlen *seqs, const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_varlen(q, k, v, o, lse, seqs, params, &p, msg, sizeof msg);
     return run_serving(ctx, &p, st, msg, sizeof msg, FW_PASS_FORWARD);
 }
+FW_CONTEXT_HELD(fw_attention_varlen_forward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, fw_tensor *o,
+                                              float *lse, const fw_varlen *seqs, const fw_attn_params *params), (ctx, q, k, v, o, lse, seqs, params))
 
-fw_status fw_attention_varlen_backward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
-                                       const fw_tensor *o, const float *lse, const fw_tensor *dout, fw_tensor *dq,
-                                       fw_tensor *dk, fw_tensor *dv, const fw_varlen *seqs, const fw_attn_params *params)
+static fw_status fw_attention_varlen_backward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                                   const fw_tensor *v, const fw_tensor *o, const float *lse,
+                                                   const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
+                                                   const fw_varlen *seqs, const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_varlen_backward(q, k, v, o, lse, dout, dq, dk, dv, seqs, params, &p, msg, sizeof msg);
     return run_serving(ctx, &p, st, msg, sizeof msg, FW_PASS_BACKWARD);
 }
+FW_CONTEXT_HELD(fw_attention_varlen_backward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
+                                               const fw_tensor *o, const float *lse, const fw_tensor *dout, fw_tensor *dq,
+                                               fw_tensor *dk, fw_tensor *dv, const fw_varlen *seqs,
+                                               const fw_attn_params *params),
+                (ctx, q, k, v, o, lse, dout, dq, dk, dv, seqs, params))
 
-fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
-                                       const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
-                                       const fw_varlen *q_seqs, const fw_attn_params *params)
+static fw_status fw_attention_kvcache_forward_held(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
+                                                   const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
+                                                   const fw_varlen *q_seqs, const fw_attn_params *params)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_kvcache(q, cache, k_new, v_new, o, lse, q_seqs, params, &p, msg, sizeof msg);
     return run_serving(ctx, &p, st, msg, sizeof msg, FW_PASS_FORWARD);
 }
+FW_CONTEXT_HELD(fw_attention_kvcache_forward, (fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache, const fw_tensor *k_new,
+                                               const fw_tensor *v_new, fw_tensor *o, float *lse, const fw_varlen *q_seqs,
+                                               const fw_attn_params *params), (ctx, q, cache, k_new, v_new, o, lse, q_seqs, params))

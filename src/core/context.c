@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "context.h"
 #include "flashwatt_internal.h" /* fw_context_sched */
 
@@ -17,7 +18,7 @@ void fw_context_set_error(fw_context *ctx, const char *msg)
 fw_status fw_context_create(fw_context **ctx)
 {
     if (!ctx) return FW_ERR_NULL_ARGUMENT;
-    fw_context *c = (fw_context *)calloc(1, sizeof *c);
+    fw_context *c = (fw_context *)fw_calloc(1, sizeof *c);
     if (!c) return FW_ERR_OUT_OF_MEMORY;
     snprintf(c->backend, sizeof c->backend, "auto");
     c->policy = fw_policy_default();
@@ -25,7 +26,7 @@ fw_status fw_context_create(fw_context **ctx)
     fw_knobs_read(&c->knobs);
     c->sched = fw_sched_create(&c->knobs);
     if (!c->sched) {
-        free(c);
+        fw_free(c);
         return FW_ERR_OUT_OF_MEMORY;
     }
     *ctx = c;
@@ -36,12 +37,11 @@ void fw_context_destroy(fw_context *ctx)
 {
     if (!ctx) return;
     fw_sched_destroy(ctx->sched);
-    free(ctx);
+    fw_free(ctx);
 }
 
-fw_status fw_context_set_backend(fw_context *ctx, const char *backend)
+static fw_status fw_context_set_backend_held(fw_context *ctx, const char *backend)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     if (!backend) {
         fw_context_set_error(ctx, "backend is NULL; pass \"auto\" or a backend name");
         return FW_ERR_NULL_ARGUMENT;
@@ -58,10 +58,10 @@ fw_status fw_context_set_backend(fw_context *ctx, const char *backend)
     ctx->last_error[0] = 0;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_backend, (fw_context *ctx, const char *backend), (ctx, backend))
 
-fw_status fw_context_set_threads(fw_context *ctx, int threads)
+static fw_status fw_context_set_threads_held(fw_context *ctx, int threads)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     if (threads < 0 || threads > 4096) {
         char msg[128];
         snprintf(msg, sizeof msg, "threads is %d; use 0 (all cores) or 1..4096", threads);
@@ -71,17 +71,17 @@ fw_status fw_context_set_threads(fw_context *ctx, int threads)
     ctx->threads = threads;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_threads, (fw_context *ctx, int threads), (ctx, threads))
 
-fw_status fw_context_set_stream(fw_context *ctx, void *cuda_stream)
+static fw_status fw_context_set_stream_held(fw_context *ctx, void *cuda_stream)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     ctx->stream = cuda_stream;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_stream, (fw_context *ctx, void *cuda_stream), (ctx, cuda_stream))
 
-fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision)
+static fw_status fw_context_set_precision_held(fw_context *ctx, fw_precision precision)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     if (precision < FW_PRECISION_EXACT || precision > FW_PRECISION_BF16) {
         char msg[128];
         snprintf(msg, sizeof msg, "precision %d is not one of exact, tf32, 3xtf32, bf16", (int)precision);
@@ -92,10 +92,10 @@ fw_status fw_context_set_precision(fw_context *ctx, fw_precision precision)
     fw_sched_policy_changed(ctx->sched);
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_precision, (fw_context *ctx, fw_precision precision), (ctx, precision))
 
-fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy)
+static fw_status fw_context_set_policy_held(fw_context *ctx, const fw_policy *policy)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     if (!policy) {
         fw_context_set_error(ctx, "policy is NULL");
         return FW_ERR_NULL_ARGUMENT;
@@ -120,24 +120,24 @@ fw_status fw_context_set_policy(fw_context *ctx, const fw_policy *policy)
     fw_sched_policy_changed(ctx->sched);
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_policy, (fw_context *ctx, const fw_policy *policy), (ctx, policy))
 
-fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic)
+static fw_status fw_context_set_deterministic_held(fw_context *ctx, int deterministic)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     ctx->deterministic = deterministic != 0;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_deterministic, (fw_context *ctx, int deterministic), (ctx, deterministic))
 
-fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes)
+static fw_status fw_context_set_memory_budget_held(fw_context *ctx, size_t bytes)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     ctx->memory_budget = bytes;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_memory_budget, (fw_context *ctx, size_t bytes), (ctx, bytes))
 
-fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t bytes)
+static fw_status fw_context_set_workspace_held(fw_context *ctx, void *device_ptr, size_t bytes)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     if ((device_ptr == NULL) != (bytes == 0)) {
         fw_context_set_error(ctx, device_ptr ? "workspace bytes is 0 with a non-NULL pointer; pass NULL, 0 to unset it"
                                   : "workspace pointer is NULL with bytes > 0; pass NULL, 0 to unset it");
@@ -147,13 +147,14 @@ fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t byt
     ctx->workspace_bytes = bytes;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_workspace, (fw_context *ctx, void *device_ptr, size_t bytes), (ctx, device_ptr, bytes))
 
-fw_status fw_context_set_check_device_values(fw_context *ctx, int check)
+static fw_status fw_context_set_check_device_values_held(fw_context *ctx, int check)
 {
-    if (!ctx) return FW_ERR_NULL_ARGUMENT;
     ctx->check_device_values = check != 0;
     return FW_OK;
 }
+FW_CONTEXT_HELD(fw_context_set_check_device_values, (fw_context *ctx, int check), (ctx, check))
 
 const char *fw_context_last_error(const fw_context *ctx) { return ctx ? ctx->last_error : "ctx is NULL"; }
 

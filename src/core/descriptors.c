@@ -1,5 +1,6 @@
 /* The public API's value constructors: tensor descriptors of contiguous buffers and the default
  * attention parameters and policy. */
+#include <stdint.h>
 #include <string.h>
 #include "flashwatt.h"
 
@@ -11,10 +12,12 @@ static fw_tensor make_tensor(void *data, fw_dtype dtype, fw_device device, const
     memset(&t, 0, sizeof t);
     t.data = data; t.dtype = dtype; t.device = device;
     memcpy(t.size, size, sizeof t.size);
+    /* sizes are not checked here (the calls validate them): a product beyond int64 saturates, and
+     * validation refuses the tensor as too large rather than reading a wrapped stride */
     int64_t s = 1;
     for (int i = 3; i >= 0; i--) {
         t.stride[order[i]] = s;
-        s *= size[order[i]];
+        if (__builtin_mul_overflow(s, size[order[i]], &s)) s = INT64_MAX;
     }
     return t;
 }

@@ -1,13 +1,7 @@
 /* The public API's names: version, status and dtype strings. */
 #include "flashwatt.h"
 
-#define STR2(x) #x
-#define STR(x) STR2(x)
-
-const char *fw_version(void)
-{
-    return STR(FW_VERSION_MAJOR) "." STR(FW_VERSION_MINOR) "." STR(FW_VERSION_PATCH);
-}
+const char *fw_version(void) { return FW_VERSION_STRING; }
 
 const char *fw_status_string(fw_status s)
 {
@@ -26,6 +20,7 @@ const char *fw_status_string(fw_status s)
     case FW_ERR_OUT_OF_MEMORY: return "out of memory";
     case FW_ERR_NOT_IMPLEMENTED: return "not implemented";
     case FW_ERR_INTERNAL: return "internal error";
+    case FW_ERR_CONTEXT_BUSY: return "the context is in use by another thread";
     }
     return "unknown status";
 }

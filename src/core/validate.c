@@ -13,7 +13,10 @@
     } while (0)
 
 static const char *dim_name[4] = {"batch", "heads", "seq", "head_dim"};
-#define MAX_SIZE ((int64_t)1 << 31) /* per dimension; kernels index rows with 32-bit ints */
+#define MAX_SIZE (((int64_t)1 << 31) - 1) /* per dimension; kernels index rows with 32-bit ints */
+/* Window bounds beyond any sequence (sizes are below 2^31, so |i + Lk - Lq| < 2^32) see every key: they
+ * are stored as unlimited, which keeps the key-range arithmetic of problem.h far from int64 overflow. */
+#define WINDOW_BEYOND_ANY ((int64_t)1 << 32)
 
 static const char *device_str(fw_device d, char *buf, size_t n)
 {
@@ -35,12 +38,15 @@ static fw_status check_tensor(const char *name, const fw_tensor *t, int is_outpu
              (int)t->device.kind);
     if (t->device.index < 0)
         FAIL(FW_ERR_INVALID_VALUE, "%s.device.index %d is negative", name, t->device.index);
+    if ((uintptr_t)t->data % fw_dtype_size(t->dtype) != 0)
+        FAIL(FW_ERR_INVALID_VALUE, "%s.data (%p) is not aligned to %zu bytes, the size of one %s element", name, t->data,
+             fw_dtype_size(t->dtype), fw_dtype_name(t->dtype));
     for (int d = 0; d < 4; d++) {
         if (t->size[d] < 1)
             FAIL(FW_ERR_INVALID_SHAPE, "%s.size[%d] (%s) is %lld; sizes must be >= 1", name, d,
                  dim_name[d], (long long)t->size[d]);
         if (t->size[d] > MAX_SIZE)
-            FAIL(FW_ERR_INVALID_SHAPE, "%s.size[%d] (%s) is %lld, above the limit %lld", name, d,
+            FAIL(FW_ERR_INVALID_SHAPE, "%s.size[%d] (%s) is %lld, above the limit %lld (2^31 - 1)", name, d,
                  dim_name[d], (long long)t->size[d], (long long)MAX_SIZE);
         if (t->stride[d] < 0)
             FAIL(FW_ERR_INVALID_STRIDE, "%s.stride[%d] (%s) is %lld; strides must be >= 0", name,
@@ -141,8 +147,8 @@ static fw_status check_params(const fw_attn_params *p, int64_t head_dim, fw_prob
         FAIL(FW_ERR_INVALID_VALUE, "params.causal is %d; it must be 0 or 1", p->causal);
     out->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)head_dim));
     out->causal = p->causal;
-    out->window_left = p->window_left < 0 ? FW_UNBOUNDED : p->window_left;
-    out->window_right = p->window_right < 0 ? FW_UNBOUNDED : p->window_right;
+    out->window_left = p->window_left < 0 || p->window_left >= WINDOW_BEYOND_ANY ? FW_UNBOUNDED : p->window_left;
+    out->window_right = p->window_right < 0 || p->window_right >= WINDOW_BEYOND_ANY ? FW_UNBOUNDED : p->window_right;
     if (p->causal && out->window_right > 0) out->window_right = 0;
     out->has_window = out->window_left != FW_UNBOUNDED || out->window_right != FW_UNBOUNDED;
     return FW_OK;
@@ -191,6 +197,7 @@ fw_status fw_validate_forward(const fw_tensor *q, const fw_tensor *k, const fw_t
     if ((st = check_no_overlap("o", o, "q", q, msg, msg_len))) return st;
     if ((st = check_no_overlap("o", o, "k", k, msg, msg_len))) return st;
     if ((st = check_no_overlap("o", o, "v", v, msg, msg_len))) return st;
+    if ((st = fw_check_aligned("lse", lse, sizeof(float), msg, msg_len))) return st;
     if (lse) {
         fw_tensor lt = fw_tensor_bhsd(lse, FW_F32, o->device, B, H, Lq, 1);
         if ((st = check_no_overlap("lse", &lt, "q", q, msg, msg_len))) return st;
@@ -218,6 +225,7 @@ fw_status fw_validate_backward(const fw_tensor *q, const fw_tensor *k, const fw_
 {
     fw_status st;
     if (!lse) FAIL(FW_ERR_NULL_ARGUMENT, "lse is NULL; the backward needs the forward's row log-sum-exp");
+    if ((st = fw_check_aligned("lse", lse, sizeof(float), msg, msg_len))) return st;
     /* o is an input here: check it as the forward's output shape, then the gradients. */
     if ((st = fw_validate_forward(q, k, v, o, NULL, params, out, msg, msg_len))) return st;
     fw_tensor lt = fw_tensor_bhsd((void *)lse, FW_F32, o->device, q->size[0], q->size[1], q->size[2], 1);
@@ -273,6 +281,13 @@ fw_status fw_check_gradients(const fw_tensor *q, const fw_tensor *k, const fw_te
 }
 
 /* ---- the checks above, for the serving calls' validation (validate_serving.c) ------------------ */
+fw_status fw_check_aligned(const char *name, const void *ptr, size_t align, char *msg, size_t msg_len)
+{
+    if ((uintptr_t)ptr % align != 0)
+        FAIL(FW_ERR_INVALID_VALUE, "%s (%p) is not aligned to %zu bytes, the size of its elements", name, ptr, align);
+    return FW_OK;
+}
+
 fw_status fw_check_tensor(const char *name, const fw_tensor *t, int is_output, char *msg, size_t msg_len)
 {
     return check_tensor(name, t, is_output, msg, msg_len);

@@ -58,5 +58,7 @@ fw_status fw_check_gradients(const fw_tensor *q, const fw_tensor *k, const fw_te
                              const fw_tensor *dv, const char *const *extra_names, const fw_tensor *extra, int n_extra,
                              fw_problem *out, char *msg, size_t msg_len);
 fw_status fw_check_params(const fw_attn_params *p, int64_t head_dim, fw_problem *out, char *msg, size_t msg_len);
+/* ptr (may be NULL) on a multiple of align bytes: its elements are read as align-byte values. */
+fw_status fw_check_aligned(const char *name, const void *ptr, size_t align, char *msg, size_t msg_len);
 
 #endif

@@ -16,7 +16,7 @@
         if (st_ != FW_OK) return st_;                                                              \
     } while (0)
 
-#define MAX_COUNT ((int64_t)1 << 31) /* sequences, lengths, pages: indexed with int32 offsets */
+#define MAX_COUNT (((int64_t)1 << 31) - 1) /* sequences, lengths, pages: indexed with int32 offsets */
 #define MAX_PAGE_SIZE 256
 
 static const char *dim_name[4] = {"batch", "heads", "seq", "head_dim"};
@@ -74,12 +74,15 @@ static fw_status check_heads(const fw_tensor *q, const char *kname, const fw_ten
 
 static fw_status check_varlen_desc(const char *name, const fw_varlen *s, int need_k, char *msg, size_t msg_len)
 {
-    if (s->batch < 1 || s->batch >= MAX_COUNT)
+    char what[64];
+    if (s->batch < 1 || s->batch > MAX_COUNT)
         FAIL(FW_ERR_INVALID_VALUE, "%s->batch is %lld; the number of sequences must be 1..%lld", name,
-             (long long)s->batch, (long long)MAX_COUNT - 1);
+             (long long)s->batch, (long long)MAX_COUNT);
     if (!s->cu_seqlens_q)
         FAIL(FW_ERR_NULL_ARGUMENT, "%s->cu_seqlens_q is NULL; it must hold batch + 1 = %lld int32 offsets", name,
              (long long)s->batch + 1);
+    snprintf(what, sizeof what, "%s->cu_seqlens_q", name);
+    TRY(fw_check_aligned(what, s->cu_seqlens_q, sizeof(int32_t), msg, msg_len));
     if (s->max_seqlen_q < 1 || s->max_seqlen_q > MAX_COUNT)
         FAIL(FW_ERR_INVALID_VALUE, "%s->max_seqlen_q is %lld; it must be 1..%lld (>= every query length)", name,
              (long long)s->max_seqlen_q, (long long)MAX_COUNT);
@@ -87,6 +90,8 @@ static fw_status check_varlen_desc(const char *name, const fw_varlen *s, int nee
         if (!s->cu_seqlens_k)
             FAIL(FW_ERR_NULL_ARGUMENT, "%s->cu_seqlens_k is NULL; it must hold batch + 1 = %lld int32 offsets", name,
                  (long long)s->batch + 1);
+        snprintf(what, sizeof what, "%s->cu_seqlens_k", name);
+        TRY(fw_check_aligned(what, s->cu_seqlens_k, sizeof(int32_t), msg, msg_len));
         if (s->max_seqlen_k < 1 || s->max_seqlen_k > MAX_COUNT)
             FAIL(FW_ERR_INVALID_VALUE, "%s->max_seqlen_k is %lld; it must be 1..%lld (>= every key length)", name,
                  (long long)s->max_seqlen_k, (long long)MAX_COUNT);
@@ -142,6 +147,7 @@ fw_status fw_validate_varlen(const fw_tensor *q, const fw_tensor *k, const fw_te
     TRY(check_packed("v", v, "seqs->cu_seqlens_k", msg, msg_len));
     TRY(check_packed("o", o, "seqs->cu_seqlens_q", msg, msg_len));
     TRY(check_heads(q, "k", k, "v", v, o, msg, msg_len));
+    TRY(fw_check_aligned("lse", lse, sizeof(float), msg, msg_len));
     const int64_t B = seqs->batch, H = q->size[1];
     const fw_device dev = q->device;
     const named outs[] = {{"o", *o}, {"lse", array_of(lse, H * q->size[2], dev)}};
@@ -227,6 +233,7 @@ fw_status fw_validate_kvcache(const fw_tensor *q, const fw_kv_cache *cache, cons
         B = q->size[0];
     }
     TRY(check_heads(q, "cache.k", &cache->k, "cache.v", &cache->v, o, msg, msg_len));
+    TRY(fw_check_aligned("lse", lse, sizeof(float), msg, msg_len));
     const int64_t H = q->size[1], Hkv = cache->k.size[1], D = q->size[3];
     int64_t capacity, stride = 0;
     if (!paged) {
@@ -236,14 +243,14 @@ fw_status fw_validate_kvcache(const fw_tensor *q, const fw_kv_cache *cache, cons
                  (long long)cache->k.size[0], (long long)B);
         capacity = cache->k.size[2];
     } else {
-        if (cache->max_pages_per_seq < 1 || cache->max_pages_per_seq >= MAX_COUNT)
+        if (cache->max_pages_per_seq < 1 || cache->max_pages_per_seq > MAX_COUNT)
             FAIL(FW_ERR_INVALID_VALUE, "cache.max_pages_per_seq is %lld; a paged cache's block table needs 1..%lld "
                                        "pages per sequence",
-                 (long long)cache->max_pages_per_seq, (long long)MAX_COUNT - 1);
+                 (long long)cache->max_pages_per_seq, (long long)MAX_COUNT);
         stride = cache->block_table_stride ? cache->block_table_stride : cache->max_pages_per_seq;
-        if (stride < cache->max_pages_per_seq || stride >= MAX_COUNT)
+        if (stride < cache->max_pages_per_seq || stride > MAX_COUNT)
             FAIL(FW_ERR_INVALID_VALUE, "cache.block_table_stride is %lld; it must be 0 or max_pages_per_seq (%lld) .. %lld",
-                 (long long)cache->block_table_stride, (long long)cache->max_pages_per_seq, (long long)MAX_COUNT - 1);
+                 (long long)cache->block_table_stride, (long long)cache->max_pages_per_seq, (long long)MAX_COUNT);
         capacity = cache->max_pages_per_seq * cache->k.size[2];
         if (capacity > MAX_COUNT)
             FAIL(FW_ERR_INVALID_VALUE, "cache capacity max_pages_per_seq x page_size = %lld x %lld is above %lld keys",
@@ -255,6 +262,8 @@ fw_status fw_validate_kvcache(const fw_tensor *q, const fw_kv_cache *cache, cons
     if (!cache->seqlens)
         FAIL(FW_ERR_NULL_ARGUMENT, "cache.seqlens is NULL; it must hold the %lld sequences' cached lengths (int32)",
              (long long)B);
+    TRY(fw_check_aligned("cache.seqlens", cache->seqlens, sizeof(int32_t), msg, msg_len));
+    TRY(fw_check_aligned("cache.block_table", cache->block_table, sizeof(int32_t), msg, msg_len));
     if (append) {
         const int64_t want[4] = {q->size[0], Hkv, q->size[2], D};
         const char *why = q_seqs ? "new keys and values are packed like q, with the cache's heads"

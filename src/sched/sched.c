@@ -6,9 +6,11 @@
 #define _GNU_SOURCE
 #endif
 #include <ctype.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "sched.h"
 #include "controller.h"
 #ifdef FW_HAVE_CUDA
@@ -195,7 +197,7 @@ int fw_sched_select(const fw_tuning_table *t, const fw_tune_key *k, fw_dtype dty
 /* ---- state ----------------------------------------------------------------------------------- */
 fw_sched *fw_sched_create(const fw_knobs *knobs)
 {
-    fw_sched *s = (fw_sched *)calloc(1, sizeof *s);
+    fw_sched *s = (fw_sched *)fw_calloc(1, sizeof *s);
     if (!s) return NULL;
     if (!knobs) knobs = &fw_knobs_defaults;
     snprintf(s->tuning_path, sizeof s->tuning_path, "%s", knobs->tuning_path);
@@ -221,7 +223,7 @@ void fw_sched_destroy(fw_sched *s)
 #endif
     if (s->tel) fw_telemetry_close(s->tel);
     fw_tune_free(&s->table);
-    free(s);
+    fw_free(s);
 }
 
 void fw_sched_policy_changed(fw_sched *s)
@@ -231,25 +233,31 @@ void fw_sched_policy_changed(fw_sched *s)
     s->next_slot = 0;
 }
 
-static void load_table(fw_sched *s)
+/* Reads the table on the first call that needs it. A table that cannot be used leaves the built-in
+ * defaults (with a warning); running out of memory is the call's error, and the next call tries again. */
+static fw_status load_table(fw_sched *s)
 {
-    if (s->table_loaded) return;
-    s->table_loaded = 1;
+    if (s->table_loaded) return FW_OK;
     char why[1200] = "";
     if (table_path(s->tuning_path, s->home, s->table_path, sizeof s->table_path) != 0) {
+        s->table_loaded = 1;
         snprintf(s->table_msg, sizeof s->table_msg, "no tuning table path %s: built-in defaults", s->table_path);
-        return;
+        return FW_OK;
     }
     fw_status st = fw_tune_load(&s->table, s->table_path, why, sizeof why);
+    if (st == FW_ERR_OUT_OF_MEMORY) {
+        fw_tune_free(&s->table);
+        fw_tune_init(&s->table);
+        snprintf(s->table_msg, sizeof s->table_msg, "no memory to read the tuning table %s", s->table_path);
+        return st;
+    }
+    s->table_loaded = 1;
     if (st != FW_OK) {
-        static int warned;
+        static atomic_int warned; /* once per process, whichever context finds it first */
         fw_tune_free(&s->table);
         fw_tune_init(&s->table);
         snprintf(s->table_msg, sizeof s->table_msg, "tuning table unusable, built-in defaults in use: %s", why);
-        if (!warned) {
-            warned = 1;
-            fprintf(stderr, "flashwatt: %s\n", s->table_msg);
-        }
+        if (!atomic_exchange(&warned, 1)) fprintf(stderr, "flashwatt: %s\n", s->table_msg);
     } else if (s->table.n == 0) {
         snprintf(s->table_msg, sizeof s->table_msg, "%s: built-in defaults (registry order)",
                  why[0] ? why : "the tuning table is empty");
@@ -257,12 +265,13 @@ static void load_table(fw_sched *s)
         snprintf(s->table_msg, sizeof s->table_msg, "loaded %d entr%s from %s", s->table.n, s->table.n == 1 ? "y" : "ies",
                  s->table_path);
     }
+    return FW_OK;
 }
 
 const char *fw_sched_table_status(fw_sched *s)
 {
     if (!s) return "no scheduler";
-    load_table(s);
+    (void)load_table(s); /* its message says what happened */
     return s->table_msg;
 }
 
@@ -457,11 +466,12 @@ static sched_slot *find_slot(fw_sched *s, const fw_policy *pol, const fw_problem
     return build_slot(s, pol, p, k);
 }
 
-/* 1 with *b and *cfg from the table, 0 to fall back to registry order. */
+/* 1 with *b and *cfg from the table, 0 to fall back to registry order, -1 when the table could not
+ * be read for want of memory. */
 static int choose_from_table(fw_sched *s, const fw_policy *pol, const fw_problem *p, const fw_backend **b,
                              fw_config *cfg)
 {
-    load_table(s);
+    if (load_table(s) != FW_OK) return -1;
     if (s->table.n == 0) {
         snprintf(s->last, sizeof s->last, "registry order (%.280s)", s->table_msg);
         return 0;
@@ -544,7 +554,13 @@ const fw_backend *fw_sched_choose(fw_sched *s, const fw_sched_request *rq, const
     }
     if (pass == FW_PASS_FORWARD) {
         const fw_backend *b = NULL;
-        if (s && choose_from_table(s, rq->policy, p, &b, cfg)) return b;
+        const int from_table = s ? choose_from_table(s, rq->policy, p, &b, cfg) : 0;
+        if (from_table > 0) return b;
+        if (from_table < 0) {
+            *st = FW_ERR_OUT_OF_MEMORY;
+            snprintf(msg, msg_len, "%s", s->table_msg);
+            return NULL;
+        }
     } else if (s) {
         snprintf(s->last, sizeof s->last, "registry order (backward)");
     }

@@ -3,10 +3,14 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "core/alloc.h"
 #include "tuning_table.h"
 
 #define TT_HEADER "# flashwatt tuning table v3"
@@ -96,40 +100,99 @@ void fw_tune_init(fw_tuning_table *t) { memset(t, 0, sizeof *t); }
 void fw_tune_free(fw_tuning_table *t)
 {
     if (!t) return;
-    free(t->e);
+    fw_free(t->e);
     memset(t, 0, sizeof *t);
 }
 
 static int ok_value(double v) { return isfinite(v) && v >= 0; }
 
-fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *in)
+/* The entry as stored (names cleaned), or FW_ERR_INVALID_VALUE for values a table may not hold. */
+static fw_status clean_entry(const fw_tune_entry *in, fw_tune_entry *e)
 {
-    if (!t || !in) return FW_ERR_NULL_ARGUMENT;
     if (!(isfinite(in->ms) && in->ms > 0) || !ok_value(in->j_per_call) || !ok_value(in->avg_w) || !ok_value(in->peak_w))
         return FW_ERR_INVALID_VALUE;
     if (in->precision < FW_PRECISION_EXACT || in->precision > FW_PRECISION_BF16 || (in->err_valid && !ok_value(in->err)))
         return FW_ERR_INVALID_VALUE;
-    fw_tune_entry e = *in;
-    copy_clean(e.key.device, sizeof e.key.device, in->key.device);
-    copy_clean(e.backend, sizeof e.backend, in->backend);
-    copy_clean(e.config, sizeof e.config, in->config);
-    for (int i = 0; i < t->n; i++) {
-        fw_tune_entry *x = &t->e[i];
-        if (fw_tune_key_equal(&x->key, &e.key) && strcmp(x->backend, e.backend) == 0 && strcmp(x->config, e.config) == 0 &&
-            x->precision == e.precision) {
-            *x = e;
-            return FW_OK;
-        }
-    }
+    *e = *in;
+    copy_clean(e->key.device, sizeof e->key.device, in->key.device);
+    copy_clean(e->backend, sizeof e->backend, in->backend);
+    copy_clean(e->config, sizeof e->config, in->config);
+    return FW_OK;
+}
+
+/* Same measurement slot: an entry with these replaces the other. */
+static int same_slot(const fw_tune_entry *a, const fw_tune_entry *b)
+{
+    return fw_tune_key_equal(&a->key, &b->key) && strcmp(a->backend, b->backend) == 0 && strcmp(a->config, b->config) == 0 &&
+           a->precision == b->precision;
+}
+
+static fw_status append(fw_tuning_table *t, const fw_tune_entry *e)
+{
     if (t->n == t->cap) {
-        int cap = t->cap ? 2 * t->cap : 32;
-        fw_tune_entry *ne = (fw_tune_entry *)realloc(t->e, (size_t)cap * sizeof *ne);
+        if (t->cap > INT32_MAX / 2) return FW_ERR_OUT_OF_MEMORY;
+        const int cap = t->cap ? 2 * t->cap : 32;
+        fw_tune_entry *ne = (fw_tune_entry *)fw_realloc(t->e, (size_t)cap * sizeof *ne);
         if (!ne) return FW_ERR_OUT_OF_MEMORY;
         t->e = ne;
         t->cap = cap;
     }
-    t->e[t->n++] = e;
+    t->e[t->n++] = *e;
     return FW_OK;
+}
+
+fw_status fw_tune_put(fw_tuning_table *t, const fw_tune_entry *in)
+{
+    if (!t || !in) return FW_ERR_NULL_ARGUMENT;
+    fw_tune_entry e;
+    fw_status st = clean_entry(in, &e);
+    if (st != FW_OK) return st;
+    for (int i = 0; i < t->n; i++)
+        if (same_slot(&t->e[i], &e)) {
+            t->e[i] = e;
+            return FW_OK;
+        }
+    return append(t, &e);
+}
+
+/* FNV-1a over what same_slot compares. */
+static uint64_t slot_hash(const fw_tune_entry *e)
+{
+    uint64_t h = 1469598103934665603ull;
+    const char *strs[3] = {e->key.device, e->backend, e->config};
+    for (int i = 0; i < 3; i++) {
+        for (const char *c = strs[i]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        h = (h ^ 0xffu) * 1099511628211ull;
+    }
+    const int64_t nums[9] = {e->key.dtype, e->key.head_dim, e->key.causal, e->key.bh, e->key.lq, e->key.lk,
+                             e->key.group > 1 ? e->key.group : 1, e->precision, e->key.call};
+    for (int i = 0; i < 9; i++)
+        for (int b = 0; b < 8; b++) h = (h ^ (uint64_t)((nums[i] >> (8 * b)) & 0xff)) * 1099511628211ull;
+    return h;
+}
+
+/* fw_tune_put of every entry of add into t, in order, through a hash index of the slots: linear in the
+ * entries where a put each would be quadratic (a 40k-entry table took 6 s on every context's first call). */
+static fw_status merge(fw_tuning_table *t, const fw_tuning_table *add)
+{
+    size_t cap = 64;
+    while (cap < 2 * ((size_t)t->n + (size_t)add->n)) cap *= 2;
+    int *slot = (int *)fw_malloc(cap * sizeof(int)); /* entry index + 1; 0 = free */
+    if (!slot) return FW_ERR_OUT_OF_MEMORY;
+    memset(slot, 0, cap * sizeof(int));
+    fw_status st = FW_OK;
+    const int n0 = t->n;
+    for (int i = 0; i < n0 + add->n && st == FW_OK; i++) {
+        const int from_add = i >= n0;
+        const fw_tune_entry *e = from_add ? &add->e[i - n0] : &t->e[i];
+        size_t h = (size_t)slot_hash(e) & (cap - 1);
+        while (slot[h] && !same_slot(&t->e[slot[h] - 1], e)) h = (h + 1) & (cap - 1);
+        if (slot[h] && from_add) t->e[slot[h] - 1] = *e; /* a later entry replaces the earlier */
+        else if (!slot[h] && !from_add) slot[h] = i + 1;
+        else if (!slot[h] && (st = append(t, e)) == FW_OK) slot[h] = t->n;
+    }
+    fw_free(slot);
+    return st;
 }
 
 int fw_tune_frontier(const fw_tuning_table *t, const fw_tune_key *k, fw_frontier_point *out, int max)
@@ -223,13 +286,27 @@ static int parse_int64(const char *s, int64_t *v)
 fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t why_len)
 {
     if (!t || !path) return FW_ERR_NULL_ARGUMENT;
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    /* Regular files only, opened without blocking: a FIFO would wait for a writer in open(), a device or
+     * /proc file need not end. */
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         if (errno == ENOENT) {
             snprintf(why, why_len, "no tuning table at %s yet", path);
             return FW_OK;
         }
         snprintf(why, why_len, "cannot read %s: %s", path, strerror(errno));
+        return FW_ERR_INVALID_VALUE;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(why, why_len, "%s is not a regular file", path);
+        close(fd);
+        return FW_ERR_INVALID_VALUE;
+    }
+    FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        snprintf(why, why_len, "cannot read %s: %s", path, strerror(errno));
+        close(fd);
         return FW_ERR_INVALID_VALUE;
     }
     fw_tuning_table add;
@@ -316,7 +393,12 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
             st = FW_ERR_INVALID_VALUE;
             break;
         }
-        if ((st = fw_tune_put(&add, &e)) != FW_OK) break;
+        fw_tune_entry clean;
+        if ((st = clean_entry(&e, &clean)) != FW_OK) {
+            snprintf(why, why_len, "%s line %d: a value out of range", path, lineno);
+            break;
+        }
+        if ((st = append(&add, &clean)) != FW_OK) break;
     }
     if (st == FW_OK && ferror(f)) {
         snprintf(why, why_len, "cannot read %s: %s", path, strerror(errno));
@@ -327,7 +409,7 @@ fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t w
         snprintf(why, why_len, "%s is empty", path);
         st = FW_ERR_INVALID_VALUE;
     }
-    for (int i = 0; st == FW_OK && i < add.n; i++) st = fw_tune_put(t, &add.e[i]);
+    if (st == FW_OK) st = merge(t, &add);
     fw_tune_free(&add);
     return st;
 }

@@ -80,8 +80,10 @@ int fw_tune_call_parse(const char *s, fw_tune_call *out);
 /* "exact", "tf32", "3xtf32", "bf16"; and back (0 on success). */
 const char *fw_precision_name(fw_precision p);
 int fw_precision_parse(const char *s, fw_precision *out);
-/* Merges a file into t. A missing file is FW_OK (nothing added; why says so); a malformed one is
- * FW_ERR_INVALID_VALUE with the line number in why, and t unchanged. */
+/* Merges a file into t (a later line replaces an earlier one of the same slot, as fw_tune_put does; in
+ * time linear in the entries). A missing file is FW_OK (nothing added; why says so); a malformed one, or
+ * anything but a regular file (a FIFO would block), is FW_ERR_INVALID_VALUE with the reason in why, and
+ * t unchanged; FW_ERR_OUT_OF_MEMORY may leave t partly merged. */
 fw_status fw_tune_load(fw_tuning_table *t, const char *path, char *why, size_t why_len);
 /* Writes the whole table (to path.tmp, then renamed over path). */
 fw_status fw_tune_save(const fw_tuning_table *t, const char *path, char *why, size_t why_len);

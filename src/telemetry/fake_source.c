@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "telemetry_internal.h"
 
 #define FAKE_ALL_FIELDS 0x1ffu
@@ -48,11 +49,11 @@ static void integrate(fw_tel_fake *f)
 fw_tel_fake *fw_tel_fake_create(int n_gpus, int manual_clock)
 {
     if (n_gpus < 0) return NULL;
-    fw_tel_fake *f = (fw_tel_fake *)calloc(1, sizeof *f);
+    fw_tel_fake *f = (fw_tel_fake *)fw_calloc(1, sizeof *f);
     if (!f) return NULL;
-    f->g = (fake_gpu *)calloc((size_t)(n_gpus > 0 ? n_gpus : 1), sizeof *f->g);
+    f->g = (fake_gpu *)fw_calloc((size_t)(n_gpus > 0 ? n_gpus : 1), sizeof *f->g);
     if (!f->g) {
-        free(f);
+        fw_free(f);
         return NULL;
     }
     pthread_mutex_init(&f->mu, NULL);
@@ -72,8 +73,8 @@ void fw_tel_fake_destroy(fw_tel_fake *f)
 {
     if (!f) return;
     pthread_mutex_destroy(&f->mu);
-    free(f->g);
-    free(f);
+    fw_free(f->g);
+    fw_free(f);
 }
 
 void fw_tel_fake_advance(fw_tel_fake *f, double seconds)

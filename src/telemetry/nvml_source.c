@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "telemetry_internal.h"
 
 /* ---- the part of nvml.h we use (ABI-stable since NVML 10/11) --------------------------------- */
@@ -204,23 +205,23 @@ static void nvml_close(void *state)
     if (!s) return;
     if (s->shutdown) s->shutdown();
     if (s->lib) dlclose(s->lib);
-    free(s);
+    fw_free(s);
 }
 
 int fw_tel_nvml_open(const char *lib, fw_tel_source *out, char *why, size_t why_len)
 {
     memset(out, 0, sizeof *out);
     const char *path = lib ? lib : "libnvidia-ml.so.1";
-    nvml_state *s = (nvml_state *)calloc(1, sizeof *s);
+    nvml_state *s = (nvml_state *)fw_calloc(1, sizeof *s);
     if (!s) {
         snprintf(why, why_len, "out of memory");
-        return -1;
+        return FW_TEL_OPEN_OOM;
     }
     s->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!s->lib) {
         const char *e = dlerror();
         snprintf(why, why_len, "NVML not found: %s", e ? e : path);
-        free(s);
+        fw_free(s);
         return -1;
     }
     fn_void init = NULL;
@@ -248,14 +249,14 @@ int fw_tel_nvml_open(const char *lib, fw_tel_source *out, char *why, size_t why_
     if (!init || !get_count || !get_handle) {
         snprintf(why, why_len, "%s lacks nvmlInit/nvmlDeviceGetCount/nvmlDeviceGetHandleByIndex", path);
         dlclose(s->lib);
-        free(s);
+        fw_free(s);
         return -1;
     }
     nvmlReturn_t rc = init();
     if (rc != NVML_SUCCESS) {
         snprintf(why, why_len, "nvmlInit failed: %s", errstr(s, rc));
         dlclose(s->lib);
-        free(s);
+        fw_free(s);
         return -1;
     }
     unsigned n = 0;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "telemetry_internal.h"
 
 #define PC_MAX_ZONES 16
@@ -71,7 +72,7 @@ static void pc_close(void *state)
     pc_state *s = (pc_state *)state;
     if (!s) return;
     pthread_mutex_destroy(&s->mu);
-    free(s);
+    fw_free(s);
 }
 
 int fw_tel_powercap_open(const char *root, fw_tel_source *out, char *why, size_t why_len)
@@ -83,11 +84,11 @@ int fw_tel_powercap_open(const char *root, fw_tel_source *out, char *why, size_t
         snprintf(why, why_len, "no %s", root);
         return -1;
     }
-    pc_state *s = (pc_state *)calloc(1, sizeof *s);
+    pc_state *s = (pc_state *)fw_calloc(1, sizeof *s);
     if (!s) {
         closedir(dir);
         snprintf(why, why_len, "out of memory");
-        return -1;
+        return FW_TEL_OPEN_OOM;
     }
     int seen = 0;
     struct dirent *e;
@@ -110,7 +111,7 @@ int fw_tel_powercap_open(const char *root, fw_tel_source *out, char *why, size_t
     closedir(dir);
     if (s->n == 0) {
         snprintf(why, why_len, seen ? "powercap energy_uj not readable (root only?)" : "no RAPL package zone in %s", root);
-        free(s);
+        fw_free(s);
         return -1;
     }
     if (s->n > 1) snprintf(s->name, sizeof s->name, "powercap (%d packages)", s->n);

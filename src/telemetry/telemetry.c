@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/alloc.h"
 #include "telemetry_internal.h"
 #include "core/knobs.h"
 
@@ -64,10 +65,10 @@ fw_status fw_telemetry_open_with_source(fw_telemetry **out, const fw_tel_source 
 {
     if (!out) return FW_ERR_NULL_ARGUMENT;
     *out = NULL;
-    fw_telemetry *t = (fw_telemetry *)calloc(1, sizeof *t);
+    fw_telemetry *t = (fw_telemetry *)fw_calloc(1, sizeof *t);
     if (!t) return FW_ERR_OUT_OF_MEMORY;
     if (init_common(t) != FW_OK) {
-        free(t);
+        fw_free(t);
         return FW_ERR_INTERNAL;
     }
     if (gpu) {
@@ -96,10 +97,14 @@ fw_status fw_telemetry_open(fw_telemetry **out)
     fw_tel_source gpu, cpu;
     fw_telemetry_knobs knobs; /* read per telemetry object, e.g. to test the absent paths (knobs.h) */
     fw_knobs_read_telemetry(&knobs);
-    int have_gpu = fw_tel_nvml_open(knobs.nvml_lib[0] ? knobs.nvml_lib : NULL, &gpu, why_gpu, sizeof why_gpu) == 0;
-    int have_cpu =
-        fw_tel_powercap_open(knobs.powercap_root[0] ? knobs.powercap_root : NULL, &cpu, why_cpu, sizeof why_cpu) == 0;
-    fw_status st = fw_telemetry_open_with_source(out, have_gpu ? &gpu : NULL, have_cpu ? &cpu : NULL);
+    const int gpu_rc = fw_tel_nvml_open(knobs.nvml_lib[0] ? knobs.nvml_lib : NULL, &gpu, why_gpu, sizeof why_gpu);
+    const int cpu_rc =
+        fw_tel_powercap_open(knobs.powercap_root[0] ? knobs.powercap_root : NULL, &cpu, why_cpu, sizeof why_cpu);
+    const int have_gpu = gpu_rc == 0, have_cpu = cpu_rc == 0;
+    /* a source that is absent is n/a; one that could not get memory is an error of the call */
+    fw_status st = gpu_rc == FW_TEL_OPEN_OOM || cpu_rc == FW_TEL_OPEN_OOM
+                       ? FW_ERR_OUT_OF_MEMORY
+                       : fw_telemetry_open_with_source(out, have_gpu ? &gpu : NULL, have_cpu ? &cpu : NULL);
     if (st != FW_OK) {
         if (have_gpu && gpu.close) gpu.close(gpu.state);
         if (have_cpu && cpu.close) cpu.close(cpu.state);
@@ -126,11 +131,11 @@ void fw_telemetry_close(fw_telemetry *t)
     fw_telemetry_stop_sampler(t);
     if (t->has_gpu && t->gpu.close) t->gpu.close(t->gpu.state);
     if (t->has_cpu && t->cpu.close) t->cpu.close(t->cpu.state);
-    free(t->ring);
-    free(t->written);
+    fw_free(t->ring);
+    fw_free(t->written);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
-    free(t);
+    fw_free(t);
 }
 
 int fw_telemetry_gpu_count(const fw_telemetry *t) { return t ? t->n_gpus : 0; }
@@ -280,16 +285,16 @@ fw_status fw_telemetry_start_sampler(fw_telemetry *t, int period_ms, int capacit
     if (capacity == 0) capacity = FW_TEL_DEFAULT_CAPACITY;
     fw_telemetry_stop_sampler(t);
     if (t->n_gpus == 0) return FW_ERR_UNSUPPORTED; /* nothing to sample */
-    fw_gpu_reading *ring = (fw_gpu_reading *)calloc((size_t)t->n_gpus * (size_t)capacity, sizeof *ring);
-    long *written = (long *)calloc((size_t)t->n_gpus, sizeof *written);
+    fw_gpu_reading *ring = (fw_gpu_reading *)fw_calloc((size_t)t->n_gpus * (size_t)capacity, sizeof *ring);
+    long *written = (long *)fw_calloc((size_t)t->n_gpus, sizeof *written);
     if (!ring || !written) {
-        free(ring);
-        free(written);
+        fw_free(ring);
+        fw_free(written);
         return FW_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&t->mu);
-    free(t->ring);
-    free(t->written);
+    fw_free(t->ring);
+    fw_free(t->written);
     t->ring = ring;
     t->written = written;
     t->capacity = capacity;
@@ -528,7 +533,7 @@ static int sampled_integral(fw_telemetry *t, int gpu, double t0, double t1, doub
     int cap = t->capacity > 0 ? t->capacity : 0;
     *count = 0;
     if (cap == 0) return 0;
-    fw_gpu_reading *s = (fw_gpu_reading *)malloc((size_t)cap * sizeof *s);
+    fw_gpu_reading *s = (fw_gpu_reading *)fw_malloc((size_t)cap * sizeof *s);
     if (!s) return 0;
     int n = fw_telemetry_samples(t, gpu, t0, s, cap);
     double prev_t = 0, prev_p = 0, first_t = 0, e = 0;
@@ -551,7 +556,7 @@ static int sampled_integral(fw_telemetry *t, int gpu, double t0, double t1, doub
         prev_p = p;
         have = 1;
     }
-    free(s);
+    fw_free(s);
     if (*count < 2) return 0;
     e += prev_p * (t1 - prev_t);
     /* the samples must cover most of the window, else the integral is a guess */

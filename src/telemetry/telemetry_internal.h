@@ -31,11 +31,14 @@ fw_status fw_telemetry_open_with_source(fw_telemetry **out, const fw_tel_source 
                                         const fw_tel_source *cpu);
 
 /* NVML through dlopen(lib) ("libnvidia-ml.so.1" when lib is NULL). On failure returns -1 and
- * writes why (library not found, nvmlInit failed with NVML's text, no devices). */
+ * writes why (library not found, nvmlInit failed with NVML's text, no devices); -2 when out of
+ * memory (FW_TEL_OPEN_OOM), which fw_telemetry_open reports rather than a source that is n/a. */
+#define FW_TEL_OPEN_OOM (-2)
 int fw_tel_nvml_open(const char *lib, fw_tel_source *out, char *why, size_t why_len);
 
 /* Linux powercap package energy (intel-rapl:N, also used by AMD; amd-rapl:N where present) under
- * root ("/sys/class/powercap" when NULL). -1 with why when no readable package zone exists. */
+ * root ("/sys/class/powercap" when NULL). -1 with why when no readable package zone exists;
+ * FW_TEL_OPEN_OOM when out of memory. */
 int fw_tel_powercap_open(const char *root, fw_tel_source *out, char *why, size_t why_len);
 
 /* ---- fake source, for tests and `flashwatt monitor --fake` ------------------------------------ */

@@ -17,27 +17,18 @@ typedef struct {
     float *K, *V, *dK, *dV, *Q, *dO, *S, *dP, *dQ, *delta, *row;
 } bwd_scratch;
 
-static void free_scratch(bwd_scratch *s)
+/* A thread's buffers: bytes of its slice (count = 0) or carved from it (cursor). */
+static size_t carve_scratch(bwd_scratch *s, char **cursor, int64_t Lq, int64_t Lk, int64_t D)
 {
-    free(s->K); free(s->V); free(s->dK); free(s->dV); free(s->Q); free(s->dO);
-    free(s->S); free(s->dP); free(s->dQ); free(s->delta); free(s->row);
-}
-
-static int alloc_scratch(bwd_scratch *s, int64_t Lq, int64_t Lk, int64_t D)
-{
-    const size_t t = (size_t)BWD_TILE * (size_t)D * sizeof(float);
-    memset(s, 0, sizeof *s);
-    s->K = malloc(t); s->V = malloc(t);
-    s->dK = malloc((size_t)Lk * (size_t)D * sizeof(float));
-    s->dV = malloc((size_t)Lk * (size_t)D * sizeof(float));
-    s->Q = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->dO = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->dQ = malloc((size_t)Lq * (size_t)D * sizeof(float));
-    s->S = malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
-    s->dP = malloc((size_t)BWD_TILE * BWD_TILE * sizeof(float));
-    s->delta = malloc((size_t)Lq * sizeof(float));
-    s->row = malloc((size_t)D * sizeof(float));
-    return s->K && s->V && s->dK && s->dV && s->Q && s->dO && s->dQ && s->S && s->dP && s->delta && s->row;
+    const int64_t tile = (int64_t)BWD_TILE * D, kd = Lk * D, qd = Lq * D, tt = (int64_t)BWD_TILE * BWD_TILE;
+    const int64_t n[11] = {tile, tile, kd, kd, qd, qd, tt, tt, qd, Lq, D};
+    float **dst[11] = {&s->K, &s->V, &s->dK, &s->dV, &s->Q, &s->dO, &s->S, &s->dP, &s->dQ, &s->delta, &s->row};
+    size_t bytes = 0;
+    for (int i = 0; i < 11; i++) {
+        if (cursor) *dst[i] = (float *)fw_cpu_carve(cursor, n[i], sizeof(float));
+        bytes = fw_cpu_bytes_add(bytes, fw_cpu_bytes(n[i], sizeof(float)));
+    }
+    return bytes;
 }
 
 /* One query head h of sequence b (lq queries, lk keys) against key tile [j0, j1): accumulates into
@@ -136,18 +127,18 @@ fw_status fw_cpu_tiled_backward(const fw_problem *p, const fw_config *cfg, const
     (void)cfg;
     const int64_t D = p->head_dim, Lq = p->seqlen_q, Lk = p->seqlen_k; /* bounds of every sequence's lengths */
     const int64_t BHk = p->batch * p->kv_heads;
-    fw_status status = FW_OK;
-#pragma omp parallel num_threads(ex->threads)
+    const int threads = fw_cpu_threads(ex, BHk);
+    bwd_scratch s;
+    fw_cpu_scratch scratch;
+    fw_status st = fw_cpu_scratch_alloc(&scratch, threads, carve_scratch(&s, NULL, Lq, Lk, D), ex, "cpu-flash backward");
+    if (st != FW_OK) return st;
+#pragma omp parallel num_threads(threads) private(s)
     {
-        bwd_scratch s;
-        if (!alloc_scratch(&s, Lq, Lk, D)) {
-#pragma omp atomic write
-            status = FW_ERR_OUT_OF_MEMORY;
-        } else {
+        char *cur = fw_cpu_scratch_mine(&scratch);
+        carve_scratch(&s, &cur, Lq, Lk, D);
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t bhk = 0; bhk < BHk; bhk++) kv_head(p, &s, bhk / p->kv_heads, bhk % p->kv_heads);
-        }
-        free_scratch(&s);
+        for (int64_t bhk = 0; bhk < BHk; bhk++) kv_head(p, &s, bhk / p->kv_heads, bhk % p->kv_heads);
     }
-    return status;
+    fw_cpu_scratch_free(&scratch);
+    return FW_OK;
 }

@@ -1,3 +1,7 @@
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "cpu_common.h"
 
 void fw_cpu_load_row(float *dst, const void *base, fw_dtype t, int64_t off, int64_t n)
@@ -51,4 +55,46 @@ void fw_cpu_kvcache_append(const fw_problem *p)
                        vn + (size_t)fw_row_offset(p, p->vn_stride, b, hk, i) * es, row);
             }
     }
+}
+
+int fw_cpu_threads(const fw_exec *ex, int64_t items)
+{
+    int64_t t = ex && ex->threads > 0 ? ex->threads : 1;
+    if (t > items) t = items;
+    return t < 1 ? 1 : (int)t;
+}
+
+size_t fw_cpu_bytes(int64_t n, size_t es)
+{
+    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / (es ? es : 1)) return SIZE_MAX;
+    return ((size_t)n * es + 63) / 64 * 64;
+}
+
+size_t fw_cpu_bytes_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
+fw_status fw_cpu_scratch_alloc(fw_cpu_scratch *s, int threads, size_t slice_bytes, const fw_exec *ex, const char *who)
+{
+    memset(s, 0, sizeof *s);
+    const size_t slice = slice_bytes ? slice_bytes : 64;
+    if (threads < 1 || slice == SIZE_MAX || slice > SIZE_MAX / (size_t)threads ||
+        !(s->base = (char *)fw_aligned_alloc(64, slice * (size_t)threads))) {
+        if (ex) fw_why(ex->err, ex->err_len, "%s: no memory for %d thread%s' buffers (%.3g MB each)", who, threads,
+                       threads == 1 ? "" : "s", (double)slice / 1e6);
+        return FW_ERR_OUT_OF_MEMORY;
+    }
+    s->slice = slice;
+    s->threads = threads;
+    return FW_OK;
+}
+
+void fw_cpu_scratch_free(fw_cpu_scratch *s)
+{
+    fw_free(s->base);
+    memset(s, 0, sizeof *s);
+}
+
+char *fw_cpu_scratch_mine(const fw_cpu_scratch *s)
+{
+    const int t = omp_get_thread_num();
+    return s->base + (size_t)(t < s->threads ? t : 0) * s->slice;
 }

@@ -82,49 +82,35 @@ typedef struct flash_scratch {
     int64_t *koff, *voff, *nkoff, *nvoff; /* element offsets of this tile's and the next tile's keys */
 } flash_scratch;
 
-static void *falloc(size_t n)
+/* A thread's buffers: the bytes of its slice (cursor NULL), or carved from it. */
+static size_t scratch_carve(flash_scratch *s, char **cursor, const flash_plan *pl)
 {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
-
-static int scratch_alloc(flash_scratch *s, const flash_plan *pl)
-{
-    memset(s, 0, sizeof *s);
-    const size_t rows = (size_t)(pl->max_panels * pl->PR), dp = (size_t)pl->dp, BN = (size_t)pl->BN;
-    s->q = falloc(rows * (size_t)pl->D);
-    s->o = falloc(rows * dp);
-    s->m = falloc(rows);
-    s->l = falloc(rows);
-    s->alpha = falloc((size_t)pl->PR);
-    s->s = falloc(BN * (size_t)pl->PR);
-    s->k = falloc(BN * dp);
-    s->v = falloc(BN * dp);
-    s->row = falloc(dp);
-    s->lo = (int64_t *)malloc(rows * sizeof(int64_t));
-    s->hi = (int64_t *)malloc(rows * sizeof(int64_t));
-    s->p_lo = (int64_t *)malloc((size_t)pl->max_panels * 4 * sizeof(int64_t));
-    s->rlo = (int32_t *)malloc((size_t)pl->PR * 2 * sizeof(int32_t));
-    s->next_rows = (const char **)malloc(2 * BN * sizeof(char *));
-    s->koff = (int64_t *)malloc(4 * BN * sizeof(int64_t));
-    if (!s->q || !s->o || !s->m || !s->l || !s->alpha || !s->s || !s->k || !s->v || !s->row || !s->lo ||
-        !s->hi || !s->p_lo || !s->rlo || !s->next_rows || !s->koff)
-        return 0;
-    s->p_hi = s->p_lo + pl->max_panels;
-    s->p_maxlo = s->p_hi + pl->max_panels;
-    s->p_minhi = s->p_maxlo + pl->max_panels;
-    s->rhi = s->rlo + pl->PR;
-    s->voff = s->koff + BN;
-    s->nkoff = s->voff + BN;
-    s->nvoff = s->nkoff + BN;
-    return 1;
-}
-
-static void scratch_free(flash_scratch *s)
-{
-    free(s->q); free(s->o); free(s->m); free(s->l); free(s->alpha); free(s->s);
-    free(s->k); free(s->v); free(s->row); free(s->lo); free(s->hi); free(s->p_lo); free(s->rlo);
-    free((void *)s->next_rows); free(s->koff);
+    const int64_t rows = pl->max_panels * pl->PR, dp = pl->dp, BN = pl->BN;
+    const struct { void **dst; int64_t n; size_t es; } part[] = {
+        {(void **)&s->q, rows * pl->D, sizeof(float)}, {(void **)&s->o, rows * dp, sizeof(float)},
+        {(void **)&s->m, rows, sizeof(float)},         {(void **)&s->l, rows, sizeof(float)},
+        {(void **)&s->alpha, pl->PR, sizeof(float)},   {(void **)&s->s, BN * pl->PR, sizeof(float)},
+        {(void **)&s->k, BN * dp, sizeof(float)},      {(void **)&s->v, BN * dp, sizeof(float)},
+        {(void **)&s->row, dp, sizeof(float)},         {(void **)&s->lo, rows, sizeof(int64_t)},
+        {(void **)&s->hi, rows, sizeof(int64_t)},      {(void **)&s->p_lo, pl->max_panels * 4, sizeof(int64_t)},
+        {(void **)&s->rlo, pl->PR * 2, sizeof(int32_t)}, {(void **)&s->next_rows, 2 * BN, sizeof(char *)},
+        {(void **)&s->koff, 4 * BN, sizeof(int64_t)},
+    };
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+        if (cursor) *part[i].dst = fw_cpu_carve(cursor, part[i].n, part[i].es);
+        bytes = fw_cpu_bytes_add(bytes, fw_cpu_bytes(part[i].n, part[i].es));
+    }
+    if (cursor) {
+        s->p_hi = s->p_lo + pl->max_panels;
+        s->p_maxlo = s->p_hi + pl->max_panels;
+        s->p_minhi = s->p_maxlo + pl->max_panels;
+        s->rhi = s->rlo + pl->PR;
+        s->voff = s->koff + BN;
+        s->nkoff = s->voff + BN;
+        s->nvoff = s->nkoff + BN;
+    }
+    return bytes;
 }
 
 /* Keys j0 .. j0 + n - 1 lie at one row stride from the first (a paged cache's tile within a page). */
@@ -371,32 +357,31 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
      * bandwidth against 41-44%). */
     if (p->block_table && pl.max_panels == 1 && p->page_size % pl.isa->key_align == 0 && p->page_size < pl.BN)
         pl.BN = p->page_size;
+    /* every buffer is taken before anything is written (the cache's new rows included) */
+    const int nt = fw_cpu_threads(ex, pl.n_units > pl.n_split_items ? pl.n_units : pl.n_split_items);
+    flash_scratch sc;
+    fw_cpu_scratch scratch;
+    status = fw_cpu_scratch_alloc(&scratch, nt, scratch_carve(&sc, NULL, &pl), ex, "cpu-flash");
+    if (status != FW_OK) {
+        fw_flash_plan_free(&pl);
+        return status;
+    }
     fw_cpu_kvcache_append(p);
 
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(nt) private(sc)
     {
-        flash_scratch sc;
-        if (!scratch_alloc(&sc, &pl)) {
-#pragma omp atomic write
-            status = FW_ERR_OUT_OF_MEMORY;
-        }
-        /* every thread takes part in the loop (no early exit inside a parallel region); a thread
-         * whose buffers failed does no work and the call reports out-of-memory */
-        int ok = sc.q && sc.o && sc.m && sc.l && sc.alpha && sc.s && sc.k && sc.v && sc.row && sc.lo &&
-                 sc.hi && sc.p_lo && sc.rlo && sc.next_rows && sc.koff;
+        char *cur = fw_cpu_scratch_mine(&scratch);
+        scratch_carve(&sc, &cur, &pl);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < pl.n_units; u++)
-            if (ok) run_unit(&pl, &sc, pl.units[u].item, pl.units[u].part);
+        for (int64_t u = 0; u < pl.n_units; u++) run_unit(&pl, &sc, pl.units[u].item, pl.units[u].part);
         if (pl.n_split_items) {
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t s = 0; s < pl.n_split_items; s++)
-                if (ok) merge_item(&pl, pl.split_items[s], sc.row);
+            for (int64_t s = 0; s < pl.n_split_items; s++) merge_item(&pl, pl.split_items[s], sc.row);
         }
-        scratch_free(&sc);
     }
+    fw_cpu_scratch_free(&scratch);
     fw_flash_plan_free(&pl);
-    if (status != FW_OK) fw_why(ex->err, ex->err_len, "cpu-flash: no memory for per-thread tile buffers");
-    return status;
+    return FW_OK;
 }
 
 fw_status fw_cpu_tiled_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* cpu_bwd_tiled.c */

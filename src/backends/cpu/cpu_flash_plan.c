@@ -53,7 +53,7 @@ static int make_items(flash_plan *pl)
     const fw_problem *p = pl->p;
     const int64_t n_gc = (p->group + pl->gc - 1) / pl->gc;
     pl->n_items = count_items(p, pl->BM, n_gc);
-    pl->items = (flash_item *)malloc((size_t)(pl->n_items > 0 ? pl->n_items : 1) * sizeof(flash_item));
+    pl->items = (flash_item *)fw_malloc((size_t)(pl->n_items > 0 ? pl->n_items : 1) * sizeof(flash_item));
     if (!pl->items) return 0;
     int64_t n = 0;
     for (int64_t b = 0; b < p->batch; b++) {
@@ -143,17 +143,17 @@ fw_status fw_flash_plan_make(flash_plan *pl, const fw_config *cfg, int threads, 
             pl->n_split_items++;
         }
     }
-    pl->units = (flash_unit *)malloc((size_t)(pl->n_units > 0 ? pl->n_units : 1) * sizeof(flash_unit));
-    pl->split_items = (int32_t *)malloc((size_t)(pl->n_split_items > 0 ? pl->n_split_items : 1) * sizeof(int32_t));
+    pl->units = (flash_unit *)fw_malloc((size_t)(pl->n_units > 0 ? pl->n_units : 1) * sizeof(flash_unit));
+    pl->split_items = (int64_t *)fw_malloc((size_t)(pl->n_split_items > 0 ? pl->n_split_items : 1) * sizeof(int64_t));
     if (!pl->units || !pl->split_items) goto oom;
     int64_t u = 0, s = 0;
     for (int64_t i = 0; i < pl->n_items; i++) {
-        for (int64_t part = 0; part < pl->items[i].nsplit; part++) pl->units[u++] = (flash_unit){(int32_t)i, (int32_t)part};
-        if (pl->items[i].nsplit > 1) pl->split_items[s++] = (int32_t)i;
+        for (int64_t part = 0; part < pl->items[i].nsplit; part++) pl->units[u++] = (flash_unit){i, part};
+        if (pl->items[i].nsplit > 1) pl->split_items[s++] = i;
     }
     if (ws_rows > 0) {
-        pl->ws_o = (float *)malloc((size_t)(ws_rows * pl->D) * sizeof(float));
-        pl->ws_lse = (float *)malloc((size_t)ws_rows * sizeof(float));
+        pl->ws_o = (float *)fw_malloc((size_t)(ws_rows * pl->D) * sizeof(float));
+        pl->ws_lse = (float *)fw_malloc((size_t)ws_rows * sizeof(float));
         if (!pl->ws_o || !pl->ws_lse) {
             fw_flash_plan_free(pl);
             fw_why(err, err_len, "cpu-flash: no memory for the split-KV workspace (%lld rows)", (long long)ws_rows);
@@ -169,6 +169,6 @@ oom:
 
 void fw_flash_plan_free(flash_plan *pl)
 {
-    free(pl->items); free(pl->units); free(pl->split_items); free(pl->ws_o); free(pl->ws_lse);
+    fw_free(pl->items); fw_free(pl->units); fw_free(pl->split_items); fw_free(pl->ws_o); fw_free(pl->ws_lse);
     pl->items = NULL; pl->units = NULL; pl->split_items = NULL; pl->ws_o = pl->ws_lse = NULL;
 }

@@ -23,7 +23,7 @@ typedef struct flash_item {
 } flash_item;
 
 typedef struct flash_unit {
-    int32_t item, part;
+    int64_t item, part;
 } flash_unit;
 
 /* The shape of the work, fixed for one call. */
@@ -37,7 +37,7 @@ typedef struct flash_plan {
     int64_t n_items;
     flash_unit *units;               /* (item, part) in the order threads take them */
     int64_t n_units;
-    int32_t *split_items;            /* the items with nsplit > 1, merged after the units */
+    int64_t *split_items;            /* the items with nsplit > 1, merged after the units */
     int64_t n_split_items;
     float *ws_o, *ws_lse;            /* split-KV partials: [ws rows][D] and [ws rows] */
 } flash_plan;

@@ -86,29 +86,30 @@ fw_status fw_cpu_ref_backward(const fw_problem *p, const fw_config *cfg, const f
     (void)cfg;
     const int64_t D = p->head_dim, Lk = p->seqlen_k; /* Lk bounds every sequence's keys */
     const int64_t BHk = p->batch * p->kv_heads;
-    fw_status status = FW_OK;
-#pragma omp parallel num_threads(ex->threads)
+    const int threads = fw_cpu_threads(ex, BHk);
+    size_t slice = 4 * fw_cpu_bytes(Lk * D, sizeof(double));
+    slice = fw_cpu_bytes_add(slice, 2 * fw_cpu_bytes(Lk, sizeof(double)));
+    slice = fw_cpu_bytes_add(slice, 3 * fw_cpu_bytes(D, sizeof(double)) + fw_cpu_bytes(D, sizeof(float)));
+    fw_cpu_scratch scratch;
+    fw_status st = fw_cpu_scratch_alloc(&scratch, threads, slice, ex, "cpu-ref backward");
+    if (st != FW_OK) return st;
+#pragma omp parallel num_threads(threads)
     {
+        char *cur = fw_cpu_scratch_mine(&scratch);
         ref_buffers w;
-        w.K = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        w.V = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        w.dK = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        w.dV = (double *)malloc((size_t)(Lk * D) * sizeof(double));
-        w.P = (double *)malloc((size_t)Lk * sizeof(double));
-        w.dP = (double *)malloc((size_t)Lk * sizeof(double));
-        w.q = (double *)malloc((size_t)D * sizeof(double));
-        w.dout = (double *)malloc((size_t)D * sizeof(double));
-        w.dq = (double *)malloc((size_t)D * sizeof(double));
-        w.row = (float *)malloc((size_t)D * sizeof(float));
-        if (!w.K || !w.V || !w.dK || !w.dV || !w.P || !w.dP || !w.q || !w.dout || !w.dq || !w.row) {
-#pragma omp atomic write
-            status = FW_ERR_OUT_OF_MEMORY;
-        } else {
+        w.K = (double *)fw_cpu_carve(&cur, Lk * D, sizeof(double));
+        w.V = (double *)fw_cpu_carve(&cur, Lk * D, sizeof(double));
+        w.dK = (double *)fw_cpu_carve(&cur, Lk * D, sizeof(double));
+        w.dV = (double *)fw_cpu_carve(&cur, Lk * D, sizeof(double));
+        w.P = (double *)fw_cpu_carve(&cur, Lk, sizeof(double));
+        w.dP = (double *)fw_cpu_carve(&cur, Lk, sizeof(double));
+        w.q = (double *)fw_cpu_carve(&cur, D, sizeof(double));
+        w.dout = (double *)fw_cpu_carve(&cur, D, sizeof(double));
+        w.dq = (double *)fw_cpu_carve(&cur, D, sizeof(double));
+        w.row = (float *)fw_cpu_carve(&cur, D, sizeof(float));
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t bhk = 0; bhk < BHk; bhk++) kv_head(p, bhk / p->kv_heads, bhk % p->kv_heads, &w);
-        }
-        free(w.K); free(w.V); free(w.dK); free(w.dV); free(w.P); free(w.dP);
-        free(w.q); free(w.dout); free(w.dq); free(w.row);
+        for (int64_t bhk = 0; bhk < BHk; bhk++) kv_head(p, bhk / p->kv_heads, bhk % p->kv_heads, &w);
     }
-    return status;
+    fw_cpu_scratch_free(&scratch);
+    return FW_OK;
 }

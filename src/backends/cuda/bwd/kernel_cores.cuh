@@ -213,17 +213,17 @@ template <typename T, class Cfg> static cudaError_t cores_launch(const fw_bwd_ar
         e = fw_cuda_smem_limit<cores_dkdv_kernel<T, Cfg, dq_mode::atomic>>(smem);
         if (e != cudaSuccess) return e;
         cores_dkdv_kernel<T, Cfg, dq_mode::atomic><<<grid_kv, block, smem, s>>>(*a);
-        return cudaGetLastError();
+        return fw_cuda_launch_error();
     }
     e = fw_cuda_smem_limit<cores_dkdv_kernel<T, Cfg, dq_mode::deterministic>>(smem);
     if (e != cudaSuccess) return e;
     cores_dkdv_kernel<T, Cfg, dq_mode::deterministic><<<grid_kv, block, smem, s>>>(*a);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if ((e = fw_cuda_launch_error()) != cudaSuccess) return e;
     e = fw_cuda_smem_limit<cores_dq_kernel<T, Cfg>>(smem);
     if (e != cudaSuccess) return e;
     const dim3 grid_q((unsigned)((a->Lq + G::BM - 1) / G::BM), (unsigned)a->H, (unsigned)a->B);
     cores_dq_kernel<T, Cfg><<<grid_q, block, smem, s>>>(*a);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwbwd */

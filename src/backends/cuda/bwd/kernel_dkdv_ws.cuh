@@ -126,7 +126,7 @@ static cudaError_t dkdv_ws_launch(const fw_bwd_tc_params &p, const dim3 &grid, c
     cudaError_t e = fw_cuda_smem_limit<dkdv_ws_kernel<T, C>>(G::SMEM);
     if (e != cudaSuccess) return e;
     dkdv_ws_kernel<T, C><<<grid, 384, G::SMEM, s>>>(p, m);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwbwd */

@@ -130,13 +130,13 @@ template <typename T, class C> static cudaError_t dq_ws_launch(const fw_bwd_tc_p
         cudaError_t e = fw_cuda_smem_limit<dq_wg_kernel<T, F>>(dq_wg_geom<F>::SMEM);
         if (e != cudaSuccess) return e;
         dq_wg_kernel<T, F><<<grid, 256, dq_wg_geom<F>::SMEM, s>>>(p);
-        return cudaGetLastError();
+        return fw_cuda_launch_error();
     }
     const size_t smem = dq_ws_smem_bytes<C>();
     cudaError_t e = fw_cuda_smem_limit<dq_ws_kernel<T, C>>(smem);
     if (e != cudaSuccess) return e;
     dq_ws_kernel<T, C><<<grid, 384, smem, s>>>(p, m);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwbwd */

@@ -100,7 +100,7 @@ static cudaError_t launch_dkdv(const fw_bwd_tc_params &p, const dim3 &grid_kv, c
         if ((e = fw_cuda_smem_limit<dkdv_mma_kernel<T, KV, DQM>>(smem)) != cudaSuccess) return e;
         dkdv_mma_kernel<T, KV, DQM><<<grid_kv, KV::WARPS * 32, smem, s>>>(p);
     }
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 /* The deterministic mode's dQ kernel of DQ. */
@@ -120,7 +120,7 @@ template <typename T, class DQ> static cudaError_t launch_dq(const fw_bwd_tc_par
         const dim3 grid_q((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
         dq_mma_kernel<T, DQ><<<grid_q, DQ::WARPS * 32, G::SMEM, s>>>(p);
     }
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 /* A tensor-core record (fw_bwd_launch_fn): dK/dV configuration KV, dQ configuration DQ. */

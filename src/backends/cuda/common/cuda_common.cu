@@ -1,4 +1,5 @@
 /* The CUDA backends' shared host helpers (cuda_common.h): errors, device presence and facts. */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,15 +51,35 @@ extern "C" fw_status fw_cuda_values_to_host(int device, void *stream, void *dst,
     return FW_OK;
 }
 
+/* Whether the NVIDIA driver's library is installed: the CUDA runtime reports a missing driver as
+ * "CUDA driver version is insufficient", which reads as an old driver where there is none at all. */
+static int driver_installed(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) return 0;
+    dlclose(h);
+    return 1;
+}
+
 extern "C" int fw_cuda_available(char *why, size_t why_len)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         cudaGetLastError();
+        if ((e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) && !driver_installed())
+            return fw_why(why, why_len, "no CUDA device: no NVIDIA driver on this machine (libcuda.so.1 not found)");
+        if (e == cudaErrorNoDevice) return fw_why(why, why_len, "no CUDA device: the NVIDIA driver sees no GPU");
+        if (e == cudaErrorInsufficientDriver) {
+            int runtime = 0, driver = 0;
+            cudaRuntimeGetVersion(&runtime);
+            cudaDriverGetVersion(&driver);
+            return fw_why(why, why_len, "no usable CUDA device: the NVIDIA driver (CUDA %d.%d) is older than this build's CUDA runtime (%d.%d)",
+                          driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        }
         return fw_why(why, why_len, "no usable CUDA device (%s)", cudaGetErrorString(e));
     }
-    if (n == 0) return fw_why(why, why_len, "no CUDA device present");
+    if (n == 0) return fw_why(why, why_len, "no CUDA device: the NVIDIA driver sees no GPU");
     return 1;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 #include "backends/backend.h"
+#include "core/alloc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,8 +50,18 @@ static inline int fw_cuda_unaligned_stride(const int64_t *s, int64_t nb, int64_t
         if (e_ != cudaSuccess) return fw_cuda_failed(ex, #call, e_, __FILE__, __LINE__);          \
     } while (0)
 
-/* After every launch: the launch error, not a synchronisation. */
-#define FW_CUDA_CHECK_LAUNCH() FW_CUDA_CHECK(cudaGetLastError())
+/* The error of the launch just made (cudaGetLastError, not a synchronisation). The fault injection
+ * (core/alloc.h, FW_FAULT_LAUNCH) turns a successful one into cudaErrorLaunchOutOfResources, the error
+ * of a launch that did not start, so that tests can check that a failed launch leaves the context and
+ * the workspace usable. */
+static inline cudaError_t fw_cuda_launch_error(void)
+{
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess && fw_fault_hit(FW_FAULT_LAUNCH) ? cudaErrorLaunchOutOfResources : e;
+}
+
+/* After every launch. */
+#define FW_CUDA_CHECK_LAUNCH() FW_CUDA_CHECK(fw_cuda_launch_error())
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <mutex>
 #include "backends/cuda/common/workspace.h"
+#include "core/alloc.h"
 
 
 #define FW_WS_MAX_DEVICES 64
@@ -35,6 +36,7 @@ static cudaError_t fw_ws_pool(int dev, cudaMemPool_t *pool)
 
 extern "C" cudaError_t fw_cuda_ws_alloc(void **ptr, size_t bytes, cudaStream_t stream)
 {
+    if (fw_fault_hit(FW_FAULT_DEVICE)) return cudaErrorMemoryAllocation; /* tests/test_faults.c --device cuda */
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
@@ -97,6 +99,7 @@ extern "C" cudaError_t fw_cuda_ws_cached(void **ptr, size_t bytes, size_t flags_
                                          cudaStream_t stream, const fw_knobs *knobs, unsigned *epoch)
 {
     if (bytes == 0 || bytes > fw_ws_cache_limit(knobs) || flags_at > bytes) return cudaErrorNotSupported;
+    if (fw_fault_hit(FW_FAULT_DEVICE)) return cudaErrorMemoryAllocation; /* the caller falls back to fw_cuda_ws_alloc */
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     unsigned long long sid = 0;
     int dev = 0;

@@ -218,7 +218,7 @@ static cudaError_t exact_launch(const fw_f32_params *a, const fw_f32_plan *, int
     const dim3 grid = a->uneven ? static_tile_scheduler::grid_heads_first(nqb, a->H, batch)
                                 : static_tile_scheduler::grid(nqb, a->H, batch);
     exact_kernel<C><<<grid, G::NT, G::SMEM, s>>>(*a);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwf32 */

@@ -154,7 +154,7 @@ static cudaError_t mma_launch(const fw_f32_params *a, const fw_f32_plan *, int b
     if (e != cudaSuccess) return e;
     const dim3 grid = fwparts::static_tile_scheduler::grid((a->Lq + G::BM - 1) / G::BM, a->H, batch);
     mma_kernel<P, C><<<grid, G::NT, G::SMEM, s>>>(*a);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwf32 */

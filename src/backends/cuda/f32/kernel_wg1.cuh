@@ -150,7 +150,7 @@ static cudaError_t wg1_launch(const fw_f32_params *a, const fw_f32_plan *plan, i
     if (e == cudaSuccess && blocks > 0) {
         const dim3 grid = fwparts::static_tile_scheduler::grid_split((int)nqb, a->H, batch, ks.n);
         wg1_kernel<P, C><<<grid, G::NT, G::SMEM, s>>>(*a, ks);
-        e = cudaGetLastError();
+        e = fw_cuda_launch_error();
     }
     return release_ranges(e, ws, cached, bytes, s);
 }

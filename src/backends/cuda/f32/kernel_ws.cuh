@@ -317,12 +317,12 @@ static cudaError_t ws_launch(const fw_f32_params *a, const fw_f32_plan *plan, in
         } else {
             presplit_kernel<P><<<dim3((unsigned)n_kt, (unsigned)hkn, (unsigned)batch), 256, presplit_smem_bytes<P>(), s>>>(
                 *a, reinterpret_cast<unsigned char *>(ws));
-            e = cudaGetLastError();
+            e = fw_cuda_launch_error();
         }
     }
     if (e == cudaSuccess && grid.x > 0) {
         ws_kernel<P, C><<<grid, 384, G::SMEM, s>>>(*a, reinterpret_cast<unsigned char *>(ws), sync, batch);
-        e = cudaGetLastError();
+        e = fw_cuda_launch_error();
     }
     cudaError_t f = cudaSuccess;
     if (cached) fw_cuda_ws_cached_end(bytes, e == cudaSuccess);

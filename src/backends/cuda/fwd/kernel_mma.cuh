@@ -196,7 +196,7 @@ template <typename T, class C> static cudaError_t mma_launch(const fw_fwd_params
     fw_fwd_params q = *p;
     q.num_m_blocks = (p->Lq + C::BM - 1) / C::BM;
     mma_kernel<T, C><<<fwparts::static_tile_scheduler::grid(q.num_m_blocks, p->H, batch), C::WARPS * 32, smem, stream>>>(q);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwfwd */

@@ -125,7 +125,7 @@ template <typename T, class C> static cudaError_t wg_launch(const fw_fwd_params 
     q.num_m_blocks = (p->Lq + C::BM - 1) / C::BM;
     wg_kernel<T, C><<<fwparts::static_tile_scheduler::grid(q.num_m_blocks, p->H, batch), C::WARPGROUPS * 128, smem,
                       stream>>>(q);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwfwd */

@@ -229,7 +229,7 @@ static cudaError_t ws_launch(const fw_fwd_params *p, int batch, const fw_fwd_seq
         grid = fwparts::static_tile_scheduler::grid(q.num_m_blocks, p->H, batch);
     }
     ws_kernel<T, C><<<grid, 384, smem, stream>>>(q, m);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwfwd */

@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "backends/cuda/common/cuda_blas.h"
+#include "backends/cuda/common/cuda_common.h"
 #include "backends/cuda/common/workspace.h"
 
 #define NAIVE_MAX_WORKSPACE (((size_t)1) << 38) /* 256 GiB: refuse, rather than try, beyond this */
@@ -225,7 +226,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
             naive_widen_kernel<__half><<<blocks, 256, 0, stream>>>((const __half *)p->v, Vf, vs);
         else
             naive_widen_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>((const __nv_bfloat16 *)p->v, Vf, vs);
-        NAIVE_CUDA(cudaGetLastError());
+        NAIVE_CUDA(fw_cuda_launch_error());
         v_ptr = Vf;
         o_ptr = Of;
         vs2 = D; vs1 = (long long)Lk * D; vs0 = (long long)Hkv * vs1;
@@ -255,7 +256,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     mk.diag = p->diag_offset; mk.wl = p->window_left; mk.wr = p->window_right;
     mk.Lq = Lq; mk.Lk = Lk; mk.heads = H; mk.scale = p->scale;
     naive_softmax_kernel<<<(unsigned)((long long)B * H * Lq), 256, 0, stream>>>(S, p->lse, mk);
-    NAIVE_CUDA(cudaGetLastError());
+    NAIVE_CUDA(fw_cuda_launch_error());
     {
         const int nb = flat ? B * Hkv : Hkv;
         for (int b = 0; b < (flat ? 1 : B); b++) {
@@ -278,7 +279,7 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
             naive_narrow_kernel<__half><<<blocks, 256, 0, stream>>>(Of, (__half *)p->o, os);
         else
             naive_narrow_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(Of, (__nv_bfloat16 *)p->o, os);
-        NAIVE_CUDA(cudaGetLastError());
+        NAIVE_CUDA(fw_cuda_launch_error());
     }
 done:
     if (S) fw_cuda_ws_free(S, s_bytes, stream);

@@ -294,14 +294,14 @@ template <typename T> static cudaError_t append_launch(const fw_srv_params *p, c
     const int64_t n = (int64_t)p->max_q * p->H_kv * ((p->d + 7) / 8);
     const dim3 grid((unsigned)((n + 127) / 128), (unsigned)p->B);
     append_kernel<T><<<grid, 128, 0, stream>>>(*p, (T *)p->k, (T *)p->v);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 template <typename T> static cudaError_t merge_launch(const fw_srv_params *p, cudaStream_t stream)
 {
     const int64_t rows = (int64_t)p->B * p->H * p->max_q;
     merge_kernel<T><<<(unsigned)rows, 128, 0, stream>>>(*p);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwsrv */

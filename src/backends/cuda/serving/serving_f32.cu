@@ -161,7 +161,7 @@ template <int DP> static cudaError_t f32_launch(const fw_srv_params *p, size_t s
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)p->m_blocks * (unsigned)p->splits, (unsigned)p->H_kv, (unsigned)p->B);
     f32_kernel<DP><<<grid, 128, smem, stream>>>(*p);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 template <int DP> static int f32_occupancy(size_t smem)

@@ -426,7 +426,7 @@ static cudaError_t tc_launch(const fw_srv_params *p, size_t smem, cudaStream_t s
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)p->m_blocks * (unsigned)p->splits, (unsigned)p->H_kv, (unsigned)p->B);
     tc_kernel<T, D, BM, BN, ST><<<grid, 128, smem, stream>>>(*p);
-    return cudaGetLastError();
+    return fw_cuda_launch_error();
 }
 
 } /* namespace fwsrv */
