@@ -391,6 +391,9 @@ static void errors(void)
     expect("dk and dv in one memory", call(), FW_ERR_OVERLAP, "dk", "dv");
     reset();
     expect("dq overlapping lse", call_lse(S.dq + 8), FW_ERR_OVERLAP, "output dq", "lse");
+    reset();
+    expect("lse not aligned to a float", call_lse((const float *)(const void *)((const char *)S.lse + 2)),
+           FW_ERR_INVALID_VALUE, "lse", "aligned");
     reset(); S.tdq.stride[2] = 0;
     expect("dq with overlapping rows", call(), FW_ERR_INVALID_STRIDE, "dq.stride[2]", NULL);
     reset(); S.params.window_right = -3;

@@ -179,6 +179,7 @@ fw_status fw_validate_varlen_backward(const fw_tensor *q, const fw_tensor *k, co
 {
     if (!lse)
         FAIL(FW_ERR_NULL_ARGUMENT, "lse is NULL; the backward needs the forward's row log-sum-exp ((H, total_q) float32)");
+    TRY(fw_check_aligned("lse", lse, sizeof(float), msg, msg_len));
     /* o is an input here: checked as the forward's output, then the gradients against the inputs */
     TRY(fw_validate_varlen(q, k, v, o, NULL, seqs, params, out, msg, msg_len));
     const fw_device dev = q->device;
