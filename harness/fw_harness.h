@@ -166,14 +166,16 @@ double fw_run_kv_bytes(const fw_run *r);
 float fw_run_output(const fw_run *r, int64_t b, int64_t h, int64_t s, int64_t d);
 
 /* ---- backward ------------------------------------------------------------------------------
- * Gradient buffers for a run (made with want_lse = 1): dO random from seed, dQ/dK/dV, on the run's
- * device in the layouts of o, q, k, v; host images in the run's dtype. fw_bwd_alloc also computes
- * O and LSE with cpu-ref (float64) on the host and puts them in the run's o and lse. */
+ * Gradient buffers for a run (made with want_lse = 1), dense or ragged (varlen; a KV-cache run has no
+ * backward): dO random from seed, dQ/dK/dV, on the run's device in the layouts of o, q, k, v; host
+ * images in the run's dtype. fw_bwd_alloc also computes O and LSE with cpu-ref (float64) on the host
+ * and puts them in the run's o and lse. The run's call decides the backward's: fw_attention_backward
+ * or fw_attention_varlen_backward. */
 typedef struct fw_bwd {
     fw_tensor dout, dq, dk, dv;
     void *host_dout, *host_dq, *host_dk, *host_dv;
-    float *ref[3];  /* cpu-ref's float64-accumulated dq, dk, dv: contiguous (B,H,S,D) f32 */
-    float *lowp[3]; /* f16/bf16: the backward computed in the input dtype; else NULL */
+    float *ref[3];  /* cpu-ref's float64-accumulated dq, dk, dv in f32, in the layouts of dq, dk, dv */
+    float *lowp[3]; /* f16/bf16: the backward computed in the input dtype (same layouts); else NULL */
     int have_ref;
 } fw_bwd;
 
@@ -183,6 +185,7 @@ typedef struct fw_bwd {
  * at Lk = 1, where f32 cancellation leaves noise of order 1e-7 · |dP|). */
 typedef struct fw_grad_errors {
     double max_abs, ref_max, lowp, tol;
+    double rel_l2; /* ||g - g_ref||_2 / ||g_ref||_2 over the written, non-NaN elements */
     long unwritten, stray, nans;
 } fw_grad_errors;
 
@@ -198,8 +201,11 @@ fw_status fw_bwd_alloc_grads(fw_run *r, fw_bwd *b, uint64_t seed, char *msg, siz
 void fw_bwd_free(fw_run *r, fw_bwd *b);
 /* NaN-poisons dq, dk, dv (host and device, padding included). */
 fw_status fw_bwd_poison(fw_run *r, fw_bwd *b);
-/* fw_attention_backward on the run's o and lse, then a device sync. */
+/* The run's backward call on its o and lse, then a device sync. */
 fw_status fw_bwd_run(fw_run *r, fw_bwd *b, fw_context *ctx);
+/* Can backend `name` run this backward? FW_OK; else the status with the reason in why
+ * (FW_ERR_NOT_IMPLEMENTED: the backend has no backward at all). */
+fw_status fw_bwd_supports(const fw_run *r, const fw_bwd *b, const char *name, char *why, size_t why_len);
 /* Copies dq, dk, dv back into the host images. */
 fw_status fw_bwd_fetch(fw_run *r, fw_bwd *b);
 /* Computes the reference (once), fetches dq, dk, dv and compares them (written, no stray writes,

@@ -33,6 +33,10 @@ fw_tensor fwh_describe(void *data, const fw_case *c, int64_t batch, int64_t head
 /* Contiguous f32 (B, H, S, D) copy of a host image with t's strides (exact: every f16/bf16 value is
  * an f32); NULL when out of memory. */
 float *fwh_to_f32_bhsd(fw_dtype dt, const void *host, const fw_tensor *t);
+/* Elementwise float32 copy of n elements of a host image (the same offsets); NULL when out of memory. */
+float *fwh_to_f32(const void *host, fw_dtype t, size_t n);
+/* t over float32 host data at data (a copy made by fwh_to_f32: same strides). */
+fw_tensor fwh_as_f32(fw_tensor t, void *data);
 /* x rounded to dtype t (identity for f32). */
 float fwh_round_to(fw_dtype t, float x);
 
@@ -54,5 +58,10 @@ fw_status fwh_serving_problem(const fw_run *r, fw_problem *p, char *msg, size_t 
 fw_status fwh_serving_supports(const fw_run *r, const char *name, char *why, size_t why_len);
 double fwh_serving_bytes(const fw_run *r, int kv_only);
 const char *fwh_serving_label(const fw_case *c, char *buf, size_t len);
+/* The run's offsets (r->seqs) pointing into the host copies of the int32 arrays, at the same offsets. */
+fw_varlen fwh_host_seqs(const fw_run *r);
+
+/* The backward call of a run (dense or ragged) on its tensors and b's gradients (fw_harness_bwd.c). */
+fw_status fwh_bwd_call(fw_run *r, fw_bwd *b, fw_context *ctx);
 
 #endif

@@ -423,7 +423,7 @@ double fwh_serving_bytes(const fw_run *r, int kv_only)
 }
 
 /* ---- reference and comparison ------------------------------------------------------------------ */
-static float *to_f32(const void *host, fw_dtype t, size_t n)
+float *fwh_to_f32(const void *host, fw_dtype t, size_t n)
 {
     float *out = (float *)malloc((n ? n : 1) * sizeof(float));
     if (out)
@@ -431,7 +431,7 @@ static float *to_f32(const void *host, fw_dtype t, size_t n)
     return out;
 }
 
-static fw_tensor as_f32(fw_tensor t, void *data)
+fw_tensor fwh_as_f32(fw_tensor t, void *data)
 {
     t.data = data;
     t.dtype = FW_F32;
@@ -440,15 +440,25 @@ static fw_tensor as_f32(fw_tensor t, void *data)
     return t;
 }
 
+fw_varlen fwh_host_seqs(const fw_run *r)
+{
+    fw_varlen seqs = r->seqs;
+    const int32_t *ints = r->host_ints, *dev = fwh_on_gpu(r) ? (const int32_t *)r->dev_ints : ints;
+    seqs.cu_seqlens_q = seqs.cu_seqlens_q ? ints + (seqs.cu_seqlens_q - dev) : NULL;
+    seqs.cu_seqlens_k = seqs.cu_seqlens_k ? ints + (seqs.cu_seqlens_k - dev) : NULL;
+    return seqs;
+}
+
 /* cpu-ref through the same public call on float32 copies of the host images (elementwise, so every
  * offset is the same), and the input-dtype emulation on them for f16/bf16. */
 static fw_status serving_reference(fw_run *r)
 {
     const fw_case *c = &r->c;
     const size_t n_q = r->q_elems, n_kv = r->kv_elems, n_kn = r->kn_elems;
-    float *q = to_f32(r->host_q, c->dtype, n_q), *k = to_f32(r->host_k, c->dtype, n_kv);
-    float *v = to_f32(r->host_v, c->dtype, n_kv);
-    float *kn = n_kn ? to_f32(r->host_kn, c->dtype, n_kn) : NULL, *vn = n_kn ? to_f32(r->host_vn, c->dtype, n_kn) : NULL;
+    float *q = fwh_to_f32(r->host_q, c->dtype, n_q), *k = fwh_to_f32(r->host_k, c->dtype, n_kv);
+    float *v = fwh_to_f32(r->host_v, c->dtype, n_kv);
+    float *kn = n_kn ? fwh_to_f32(r->host_kn, c->dtype, n_kn) : NULL;
+    float *vn = n_kn ? fwh_to_f32(r->host_vn, c->dtype, n_kn) : NULL;
     free(r->ref_o); free(r->ref_lse); free(r->lowp_o); free(r->ref_k); free(r->ref_v);
     r->ref_o = (float *)malloc(r->o_elems * sizeof(float));
     r->ref_lse = (float *)malloc((r->lse_elems ? r->lse_elems : 1) * sizeof(float));
@@ -458,15 +468,14 @@ static fw_status serving_reference(fw_run *r)
     fw_context *ctx = NULL;
     if (q && k && v && (!n_kn || (kn && vn)) && r->ref_o && r->ref_lse && fw_context_create(&ctx) == FW_OK) {
         fwh_poison_host(r->ref_o, FW_F32, r->o_elems);
-        fw_tensor tq = as_f32(r->q, q), tk = as_f32(r->k, k), tv = as_f32(r->v, v), to = as_f32(r->o, r->ref_o);
-        fw_tensor tkn = as_f32(r->k_new, kn), tvn = as_f32(r->v_new, vn);
-        fw_varlen seqs = r->seqs;
+        fw_tensor tq = fwh_as_f32(r->q, q), tk = fwh_as_f32(r->k, k), tv = fwh_as_f32(r->v, v);
+        fw_tensor to = fwh_as_f32(r->o, r->ref_o);
+        fw_tensor tkn = fwh_as_f32(r->k_new, kn), tvn = fwh_as_f32(r->v_new, vn);
+        fw_varlen seqs = fwh_host_seqs(r);
         int32_t *ints = r->host_ints;
         fw_context_set_backend(ctx, "cpu-ref");
         /* the host copies of the int32 arrays, at the same offsets as on the device */
         const int32_t *dev = fwh_on_gpu(r) ? (const int32_t *)r->dev_ints : ints;
-        seqs.cu_seqlens_q = seqs.cu_seqlens_q ? ints + (seqs.cu_seqlens_q - dev) : NULL;
-        seqs.cu_seqlens_k = seqs.cu_seqlens_k ? ints + (seqs.cu_seqlens_k - dev) : NULL;
         if (c->kind == FW_CASE_VARLEN) {
             st = fw_attention_varlen_forward(ctx, &tq, &tk, &tv, &to, r->ref_lse, &seqs, &c->params);
         } else {

@@ -112,10 +112,8 @@ static fw_status fwd_bwd_call(fw_run *r, void *arg)
 {
     fw_bwd *b = ((fwd_bwd_arg *)arg)->b;
     fw_context *ctx = ((fwd_bwd_arg *)arg)->ctx;
-    fw_status st = fw_attention_forward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &r->c.params);
-    if (st == FW_OK)
-        st = fw_attention_backward(ctx, &r->q, &r->k, &r->v, &r->o, r->lse, &b->dout, &b->dq, &b->dk, &b->dv,
-                                   &r->c.params);
+    fw_status st = fw_run_call(r, ctx);
+    if (st == FW_OK) st = fwh_bwd_call(r, b, ctx);
     return st;
 }
 

@@ -224,6 +224,18 @@ FW_API fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q
                                              const fw_tensor *v, fw_tensor *o, float *lse,
                                              const fw_varlen *seqs, const fw_attn_params *params);
 
+/* Ragged backward (training on packed batches): the gradients of fw_attention_varlen_forward with
+ * the same seqs and params. q, o, dout, dq (1, H, total_q, D); k, v, dk, dv (1, H_kv, total_k, D);
+ * lse (required) float32 (H, total_q) contiguous, as the ragged forward wrote it. Per sequence
+ * exactly the dense backward with that sequence's lengths: dk/dv summed over the query heads of
+ * each kv group, causal and windows bottom-right aligned; every row of dq, dk, dv is written, the
+ * dk/dv rows of keys no query sees (an empty sequence's keys among them) with 0. Runs on cpu-ref
+ * and cpu-flash; every other rule (validation, offsets, overlaps) as the ragged forward. */
+FW_API fw_status fw_attention_varlen_backward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                              const fw_tensor *v, const fw_tensor *o, const float *lse,
+                                              const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
+                                              const fw_varlen *seqs, const fw_attn_params *params);
+
 /* A KV cache, FlashAttention's flash_attn_with_kvcache layouts:
  *   contiguous (block_table NULL): k, v (B, H_kv, capacity, D), e.g. a (B, capacity, H_kv, D)
  *     buffer as fw_tensor_bshd(ptr, dt, dev, B, H_kv, capacity, D);

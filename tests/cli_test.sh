@@ -192,7 +192,8 @@ expect 2 "cache without cached lengths" -- check --kv-cache contiguous --seqlens
 grep_in err "--seqlens-k" "message asks for the cached lengths"
 expect 2 "ragged batch with --batch" -- check --seqlens-q 4,5 --batch 2
 expect 2 "every length 0" -- check --seqlens-q 0,0
-expect 2 "serving flags with --backward" -- check --seqlens-q 4 --backward
+expect 2 "a KV cache with --backward" -- check --kv-cache contiguous --seqlens-k 4 --backward
+grep_in err "no backward" "message says a KV-cache call has no backward"
 expect 2 "suite decode with shape flags" -- bench --suite decode --seqlens-q 3
 S="--heads 4 --kv-heads 2 --lse"
 expect 0 "check varlen causal (empty, 1, primes, one long)" -- check $S --seqlens-q 0,1,7,13,200,3 --causal
@@ -206,6 +207,17 @@ expect 0 "check paged 256 bf16 bshd append" -- check $S --kv-cache paged --page-
     --seqlens-q 2,0 --append --dtype bf16 --layout bshd --head-dim 128
 expect 1 "a named backend that cannot run a ragged batch" -- check --backend cpu-naive --seqlens-q 4,5
 grep_in out "cpu-naive runs the dense call only" "the reason is printed"
+# the ragged backward: cpu-flash and cpu-ref against cpu-ref's float64 backward, cpu-naive skipped with the reason
+expect 0 "check --backward ragged causal GQA (empty, 1, primes, one long, Lq != Lk)" -- check --backward \
+    --seqlens-q 0,1,7,13,150,3 --seqlens-k 5,1,9,13,120,0 --causal --heads 4 --kv-heads 2
+grep_in out "6 passed, 0 failed, 1 skipped" "dQ, dK, dV of cpu-flash and cpu-ref pass, cpu-naive skipped"
+grep_in out "the ragged backward runs on cpu-ref and cpu-flash" "the skip says where the ragged backward runs"
+expect 0 "check --backward ragged bf16 window bshd" -- check --backward --seqlens-q 3,0,40 --seqlens-k 9,4,33 \
+    --dtype bf16 --window 8,2 --layout bshd --head-dim 128 --heads 4 --kv-heads 1
+expect 1 "check --backward ragged on a named backend without it" -- check --backward --backend cpu-naive --seqlens-q 4,5
+expect 0 "bench --backward ragged --json" -- bench --backward --backend cpu-flash --seqlens-q 30,0,77 \
+    --seqlens-k 41,5,77 --causal --heads 2 --warmup 1 --reps 2 --json "$TMP/vbwd.json"
+grep_in out "varlen B=3" "the ragged row names its batch"
 expect 0 "bench a paged append batch with --json" -- bench --backend cpu-flash,cpu-naive --kv-cache paged \
     --page-size 16 --seqlens-k 500,20,3 --seqlens-q 1,4,2 --append --heads 8 --kv-heads 2 --causal 0,1 --warmup 1 \
     --reps 3 --json "$TMP/serve.json"

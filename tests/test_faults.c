@@ -231,6 +231,7 @@ static void sweep(target *t, const char *backend, int threads, fw_fault_site sit
 static int supported(const target *t, const char *backend)
 {
     char why[512];
+    if (t->kind == CALL_BACKWARD) return fw_bwd_supports(&t->r, &t->g, backend, why, sizeof why) == FW_OK;
     return fw_run_supports(&t->r, backend, why, sizeof why) == FW_OK;
 }
 
@@ -316,6 +317,10 @@ static void calls(void)
         fw_case c = fw_case_serving(FW_CASE_VARLEN, 3, sq, sk, 4, 2, 64, d, 21);
         c.params.causal = 1;
         if (make_target(&t, d == FW_F32 ? "varlen f32" : "varlen 16-bit", c, CALL_FORWARD)) {
+            sweep_backends(&t, sites, nsites);
+            free_target(&t);
+        }
+        if (make_target(&t, d == FW_F32 ? "varlen backward f32" : "varlen backward 16-bit", c, CALL_BACKWARD)) {
             sweep_backends(&t, sites, nsites);
             free_target(&t);
         }

@@ -362,8 +362,9 @@ static int serving_flags(fw_cli *cli, char *err, size_t err_len)
                                "from --seqlens-q / --seqlens-k");
         return 2;
     }
-    if (cli->backward) {
-        snprintf(err, err_len, "--backward runs the dense call only; drop it or the serving flags");
+    if (cli->backward && kv) {
+        snprintf(err, err_len, "--backward takes a dense or a ragged batch (--seqlens-q / --seqlens-k); a KV-cache call "
+                               "has no backward");
         return 2;
     }
     if (kv && !cli->n_seqlens_k) {

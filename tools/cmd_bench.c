@@ -165,9 +165,12 @@ static int bench_backward_row(const fw_cli *cli, fw_run *r, fw_bwd *bw, fw_conte
     const fw_case *c = &r->c;
     const double flops = 3.5 * fw_run_flops(r);
     const double es = (double)fw_dtype_size(c->dtype);
-    const double nq = (double)(c->batch * c->heads * c->seqlen_q * c->head_dim);
-    const double nkv = (double)(c->batch * c->kv_heads * c->seqlen_k * c->head_dim);
-    const double bytes = fw_run_bytes(r) + es * (4.0 * nq + 4.0 * nkv) + 4.0 * (double)(c->batch * c->heads * c->seqlen_q);
+    /* query and key rows: a ragged batch's totals, not its sequences times the longest */
+    const int ragged = c->kind != FW_CASE_DENSE;
+    const double rows_q = ragged ? (double)r->problem.total_q : (double)(c->batch * c->seqlen_q);
+    const double rows_k = ragged ? (double)r->problem.total_k : (double)(c->batch * c->seqlen_k);
+    const double nq = rows_q * (double)(c->heads * c->head_dim), nkv = rows_k * (double)(c->kv_heads * c->head_dim);
+    const double bytes = fw_run_bytes(r) + es * (4.0 * nq + 4.0 * nkv) + 4.0 * rows_q * (double)c->heads;
     fw_status st = fw_context_set_backend(ctx, row->backend);
     double probe_ms = NAN;
     if (st == FW_OK) st = fw_bwd_time(r, bw, ctx, 0, 1, &probe_ms);

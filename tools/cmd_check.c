@@ -68,6 +68,7 @@ static fw_status grad_ref_make(const fw_run *r, const fw_bwd *bw, grad_ref *g, c
     const fw_case *c = &r->c;
     const fw_device cpu = {FW_DEVICE_CPU, 0};
     memset(g, 0, sizeof *g);
+    if (c->kind != FW_CASE_DENSE) return FW_OK; /* a ragged batch's reference is the harness's (fw_bwd_compare) */
     g->q = bhsd_f32(r->host_q, &r->q);
     g->k = bhsd_f32(r->host_k, &r->k);
     g->v = bhsd_f32(r->host_v, &r->v);
@@ -139,26 +140,74 @@ static double finite_differences(grad_ref *g, const fw_attn_params *params)
     return worst;
 }
 
-/* Marks row skipped, with the reason, when its backend is not usable here or cannot run r's problem. */
-static void skip_unless_runnable(fw_row *row, const fw_run *r)
+/* Marks row skipped, with the reason, when its backend is not usable here or cannot run r's problem
+ * (with bw: its backward; a backend without any backward says "no backward"). */
+static void skip_unless_runnable(fw_row *row, const fw_run *r, const fw_bwd *bw)
 {
     fw_backend_info info;
     char why[512] = "";
     fw_args_backend_info(row->backend, &info);
+    const fw_status st = !info.usable ? FW_OK
+                         : bw         ? fw_bwd_supports(r, bw, row->backend, why, sizeof why)
+                                      : fw_run_supports(r, row->backend, why, sizeof why);
     if (!info.usable) {
         snprintf(row->note, sizeof row->note, "not usable here: %.230s", info.why_not);
         row->status = FW_ROW_SKIPPED;
-    } else if (fw_run_supports(r, row->backend, why, sizeof why) != FW_OK) {
+    } else if (st == FW_ERR_NOT_IMPLEMENTED) {
+        snprintf(row->note, sizeof row->note, "no backward");
+        row->status = FW_ROW_SKIPPED;
+    } else if (st != FW_OK) {
         snprintf(row->note, sizeof row->note, "does not support this problem: %.220s", why);
         row->status = FW_ROW_SKIPPED;
     }
+}
+
+/* A ragged batch's gradients against the harness's reference (cpu-ref's ragged backward on the
+ * same inputs) under the numerics contract: one row per gradient; returns the failures. */
+static int ragged_grad_rows(fw_run *r, fw_bwd *bw, const fw_row *row, int *passed)
+{
+    static const char *gname[3] = {"dQ", "dK", "dV"};
+    fw_bwd_errors e;
+    const fw_status st = fw_bwd_compare(r, bw, &e);
+    if (st != FW_OK) {
+        fw_row er = *row;
+        snprintf(er.note, sizeof er.note, "comparison failed: %s", fw_status_string(st));
+        er.status = FW_ROW_ERROR;
+        fw_report_check_row(stdout, &er);
+        return 1;
+    }
+    int failed = 0;
+    for (int a = 0; a < 3; a++) {
+        const fw_grad_errors *x = &e.g[a];
+        fw_row gr = *row;
+        gr.checked = 1;
+        gr.max_abs_err = x->max_abs;
+        gr.rel_l2 = x->rel_l2;
+        gr.tol = x->tol;
+        gr.pass = x->max_abs <= x->tol && !x->unwritten && !x->stray && !x->nans;
+        snprintf(gr.note, sizeof gr.note, "%s", gname[a]);
+        if (x->unwritten || x->nans)
+            snprintf(gr.note, sizeof gr.note, "%s: %ld unwritten, %ld NaN", gname[a], x->unwritten, x->nans);
+        if (r->c.dtype != FW_F32) {
+            const size_t n = strlen(gr.note);
+            snprintf(gr.note + n, sizeof gr.note - n, "; input-dtype emulation err %.2e", x->lowp);
+        }
+        if (gr.pass) (*passed)++;
+        else failed++;
+        fw_report_check_row(stdout, &gr);
+    }
+    return failed;
 }
 
 static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *plan, fw_context *ctx)
 {
     static const char *gname[3] = {"dQ", "dK", "dV"};
     const double rel_tol = s->dtype == FW_F32 ? 1e-5 : s->dtype == FW_F16 ? 2e-3 : 1.6e-2;
-    if (s->dtype == FW_F32)
+    if (s->serving)
+        printf("backward: dQ, dK, dV of the ragged batch against cpu-ref's float64 backward; tolerance max|g - g_ref| <= "
+               "1e-4*max|g_ref| + 1e-5*max over dQ,dK,dV + 1e-6%s\n",
+               s->dtype == FW_F32 ? "" : " + 3x the error of the backward done in the input dtype");
+    else if (s->dtype == FW_F32)
         printf("backward: dQ, dK, dV against cpu-ref's float64 backward; tolerance max|g - g_ref| <= "
                "1e-5*max|g_ref| + 1e-6 (f32)\n");
     else
@@ -207,7 +256,7 @@ static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *p
                 break;
             }
             have_run[di] = 1;
-            if (s->dtype == FW_F32 && nq <= 4096 && nk <= 4096 && !have_run[!di]) {
+            if (s->dtype == FW_F32 && !s->serving && nq <= 4096 && nk <= 4096 && !have_run[!di]) {
                 const double worst = finite_differences(&refs[di], &runs[di].c.params);
                 const int ok = worst <= 1e-3;
                 printf("finite differences of cpu-ref (central, eps 1e-2, sum(O*dO)): max |fd - grad| %.2e (tol 1e-3): %s\n",
@@ -221,7 +270,7 @@ static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *p
         const grad_ref *g = &refs[di];
         if (!header) { fw_report_check_header(stdout); header = 1; }
 
-        skip_unless_runnable(&row, r);
+        skip_unless_runnable(&row, r, bw);
         fw_status st = FW_OK;
         if (row.status != FW_ROW_SKIPPED) {
             st = fw_context_set_backend(ctx, row.backend);
@@ -248,6 +297,10 @@ static int check_backward(const fw_cli *cli, const fw_shape *s, const fw_plan *p
             row.status = FW_ROW_ERROR;
             failed++;
             fw_report_check_row(stdout, &row);
+            continue;
+        }
+        if (s->serving) {
+            failed += ragged_grad_rows(r, bw, &row, &passed);
             continue;
         }
         const void *host[3] = {bw->host_dq, bw->host_dk, bw->host_dv};
@@ -367,7 +420,7 @@ int fw_cmd_check(int argc, char **argv)
         fw_run *r = &runs[di];
         if (!header) { fw_report_check_header(stdout); header = 1; }
 
-        skip_unless_runnable(&row, r);
+        skip_unless_runnable(&row, r, NULL);
         if (row.status == FW_ROW_SKIPPED) {
             /* a backend the user named must run; the default set skips what does not apply */
             if (named) { row.status = FW_ROW_ERROR; failed++; }

@@ -39,7 +39,7 @@ static const char *shape_flags =
     "  --layout L        bhsd (B,H,S,D) | bshd (B,S,H,D) (default bhsd)\n"
     "  --lse             also produce the row log-sum-exp (and check it)\n"
     "  --backward        the backward pass: check dQ/dK/dV against cpu-ref's float64 backward\n"
-    "                    (check), time forward+backward (bench)\n"
+    "                    (check), time forward+backward (bench); dense or ragged (--seqlens-q/-k)\n"
     "  --seqlens-q LIST  a ragged batch: per-sequence query lengths (the batch is the list's length;\n"
     "                    0 allowed); with --kv-cache the new tokens per sequence (default 1 each)\n"
     "  --seqlens-k LIST  per-sequence key lengths (default: = --seqlens-q); with --kv-cache the tokens\n"

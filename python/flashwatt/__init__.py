@@ -26,7 +26,7 @@ from typing import List
 from . import _lib
 from ._attention import attention, attention_backward
 from ._context import Context, default_context
-from ._serving import attention_varlen, attention_with_kvcache
+from ._serving import attention_varlen, attention_varlen_backward, attention_with_kvcache
 from ._lib import FlashwattError, FlashwattNotImplementedError, Status, library_path
 from ._telemetry import CpuReading, EnergyWindow, GpuReading, Snapshot, energy, telemetry
 
@@ -110,7 +110,7 @@ def cuda_device_count() -> int:
 
 
 __all__ = [
-    "attention", "attention_backward", "attention_varlen", "attention_with_kvcache", "Context", "default_context", "FlashwattError", "FlashwattNotImplementedError",
+    "attention", "attention_backward", "attention_varlen", "attention_varlen_backward", "attention_with_kvcache", "Context", "default_context", "FlashwattError", "FlashwattNotImplementedError",
     "Status", "BackendInfo", "backends", "version", "library_path", "cpu_simd_level",
     "cuda_device_count", "telemetry", "energy", "EnergyWindow", "Snapshot", "GpuReading",
     "CpuReading", "__version__",

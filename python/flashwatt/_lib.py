@@ -295,6 +295,10 @@ def _prototype(lib: ctypes.CDLL) -> None:
         proto("fw_context_set_check_device_values", c.c_int, vp, c.c_int)
         lib.fw_varlen_packed = c.CFUNCTYPE(c.c_int, *([vp] * 8))(("fw_attention_varlen_forward", lib))
         lib.fw_kvcache_packed = c.CFUNCTYPE(c.c_int, *([vp] * 9))(("fw_attention_kvcache_forward", lib))
+    if hasattr(lib, "fw_attention_varlen_backward"):  # the ragged backward: optional, as the serving API
+        proto("fw_attention_varlen_backward", c.c_int, vp, P(FwTensor), P(FwTensor), P(FwTensor), P(FwTensor), vp,
+              P(FwTensor), P(FwTensor), P(FwTensor), P(FwTensor), P(FwVarlen), P(FwAttnParams))
+        lib.fw_varlen_backward_packed = c.CFUNCTYPE(c.c_int, *([vp] * 12))(("fw_attention_varlen_backward", lib))
 
 
 def load() -> ctypes.CDLL:
@@ -340,6 +344,14 @@ def library_path() -> str:
 def has_symbol(name: str) -> bool:
     """Whether the loaded library exports ``name`` (used for optional APIs such as telemetry)."""
     return hasattr(load(), name)
+
+
+def require_varlen_backward(lib: ctypes.CDLL) -> None:
+    """Raise FlashwattNotImplementedError where the loaded library predates the ragged backward."""
+    if not hasattr(lib, "fw_varlen_backward_packed"):
+        raise FlashwattNotImplementedError(
+            Status.ERR_NOT_IMPLEMENTED, f"the loaded libflashwatt ({_lib_path}) has no ragged backward "
+            "(fw_attention_varlen_backward); rebuild it from this checkout")
 
 
 def require_serving(lib: ctypes.CDLL) -> None:

@@ -1,5 +1,6 @@
-"""flashwatt.attention_varlen() and flashwatt.attention_with_kvcache(): ragged batches and KV caches
-under FlashAttention's names, for NumPy arrays and torch tensors through one code path.
+"""flashwatt.attention_varlen() (with its backward) and flashwatt.attention_with_kvcache(): ragged
+batches and KV caches under FlashAttention's names, for NumPy arrays and torch tensors through one
+code path.
 
 The C calls read int32 offsets, cache lengths and block tables through bare pointers that carry no
 size, dtype or device, so this layer checks those here (what the C side cannot see); everything a
@@ -80,6 +81,9 @@ class _NumpyArrays:
     def check_no_grad(self, call: str, named: Named) -> None:
         pass
 
+    def needs_grad(self, named: Named) -> bool:
+        return False
+
     def run(self, ctx: Context, backend: Optional[str], q: Any, call) -> Tuple[int, str]:
         return call_with_backend(ctx, backend, call)
 
@@ -142,6 +146,9 @@ class _TorchArrays:
                     _lib.Status.ERR_NOT_IMPLEMENTED,
                     f"{call} has no backward pass, and {name} requires grad; call it under "
                     "torch.no_grad() or torch.inference_mode()")
+
+    def needs_grad(self, named: Named) -> bool:
+        return self.torch.is_grad_enabled() and any(t is not None and t.requires_grad for _, t in named)
 
     def run(self, ctx: Context, backend: Optional[str], q: Any, call) -> Tuple[int, str]:
         return self._torch._run(ctx, backend, q, call)
@@ -329,7 +336,10 @@ def attention_varlen(
 
     Returns:
         The output (total_q, heads, head_dim), allocated like q, or ``(output, lse)``. Torch CUDA
-        tensors run on torch's current stream without host synchronisation. No backward pass.
+        tensors run on torch's current stream without host synchronisation. Differentiable: where
+        torch tensors q, k or v require grad, autograd's backward computes dq, dk, dv with
+        :func:`attention_varlen_backward` (the lse output is not differentiable); the ragged backward
+        runs on the CPU backends.
 
     Raises:
         FlashwattError: the library refused the call (``.message`` names the argument).
@@ -341,11 +351,15 @@ def attention_varlen(
     named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
     arrays = _arrays_of(named)
     max_q, max_k = _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k")
-    arrays.check_no_grad("attention_varlen", named[:3])
     if _through_ops(arrays, q, k, v, cu_seqlens_q, cu_seqlens_k):
+        # the op has no registered backward yet: refuse here rather than at backward time
+        arrays.check_no_grad("attention_varlen under torch.compile", named[:3])
         o, lse = arrays.torch.ops.flashwatt.attention_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, *masking, return_lse, backend,
             context.op_id if context is not None else 0)
+    elif arrays.needs_grad(named[:3]):  # torch autograd: the backward is fw_attention_varlen_backward
+        o, lse = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking),
+                                          backend, context)
     else:
         o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking), return_lse,
                              backend, context, arrays)
@@ -376,6 +390,119 @@ def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, ma
     fn, h, pb = ctx._lib.fw_varlen_packed, ctx.handle, params
     raise_for(*arrays.run(ctx, backend, q, lambda: fn(h, d[0], d[1], d[2], d[3], lse_p, seqs, pb)))
     return o, lse
+
+
+def _lse_of(arrays, lse: Any, heads: int, total_q: int) -> Any:
+    """lse checked as the ragged forward's return_lse output: float32 (heads, total_q), contiguous."""
+    shape = tuple(lse.shape)
+    st = arrays.strides(lse) if len(shape) == 2 else None
+    dense = st is not None and (shape[1] <= 1 or st[1] == 1) and (shape[0] <= 1 or st[0] == shape[1])
+    if arrays.float_code(lse, "lse") != _lib.F32 or shape != (heads, total_q) or not dense:
+        raise ValueError(f"lse must be a contiguous float32 array of shape {(heads, total_q)} (the forward's "
+                         f"return_lse output), got {arrays.dtype_name(lse)} {shape}")
+    return lse
+
+
+def attention_varlen_backward(
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    lse: Any,
+    dout: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    window: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    scale: Optional[float] = None,
+    backend: Optional[str] = "auto",
+    context: Optional[Context] = None,
+) -> Tuple[Any, Any, Any]:
+    """Gradients of :func:`attention_varlen`: ``(dq, dk, dv)`` from the forward's inputs, its output
+    ``out`` and float32 ``lse`` (``return_lse=True``, (heads, total_q)), and ``dout`` = dL/d(out).
+
+    Shapes, offsets and masking arguments as the forward's (the same values). ``dk``/``dv`` are summed
+    over the query heads of each kv group (GQA); the rows of keys no query sees, an empty sequence's
+    among them, are 0. Each gradient is allocated like its input. Runs on the CPU backends (cpu-flash,
+    cpu-ref). Torch users normally get this through autograd (``loss.backward()``) instead.
+
+    Raises:
+        FlashwattNotImplementedError: no backend can run it (CUDA tensors: the ragged backward runs on
+            the CPU backends only, for now); also a ``NotImplementedError``.
+        FlashwattError / TypeError / ValueError: as :func:`attention_varlen`.
+    """
+    masking = normalize_params(causal, scale, window)
+    backend = _check_call(context, backend)
+    return varlen_backward_call(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k,
+                                _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k"),
+                                pack_params(*masking), backend, context)
+
+
+def varlen_backward_call(q: Any, k: Any, v: Any, out: Any, lse: Any, dout: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                         max_q: int, max_k: int, params: bytes, backend: str, context: Optional[Context]
+                         ) -> Tuple[Any, Any, Any]:
+    """The ragged backward on checked scalar arguments (the explicit call and the autograd Function's
+    backward; what a custom op flashwatt::attention_varlen_backward would run): (dq, dk, dv)."""
+    ctx = _context(context)
+    _lib.require_varlen_backward(ctx._lib)
+    named = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout), ("cu_seqlens_q", cu_seqlens_q),
+             ("cu_seqlens_k", cu_seqlens_k))
+    arrays = _arrays_of(named)
+    _same_device(arrays, ctx, named)
+    doc_q, doc_k = "(total_q, heads, head_dim)", "(total_k, kv_heads, head_dim)"
+    q, out, dout = (_floats(arrays, a, n, 3, doc_q) for a, n in ((q, "q"), (out, "out"), (dout, "dout")))
+    k, v = _floats(arrays, k, "k", 3, doc_k), _floats(arrays, v, "v", 3, doc_k)
+    lse = _lse_of(arrays, lse, q.shape[1], q.shape[0])
+    cu_q = _int32_vector(arrays, cu_seqlens_q, "cu_seqlens_q", None, "B + 1 cumulative offsets")
+    batch = cu_seqlens_q.shape[0] - 1
+    cu_k = _int32_vector(arrays, cu_seqlens_k, "cu_seqlens_k", batch + 1,
+                         f"batch + 1 offsets, as cu_seqlens_q has for {batch} sequences")
+    dq, dk, dv = arrays.empty_like(q), arrays.empty_like(k), arrays.empty_like(v)
+    d = [_packed_desc(arrays, t) for t in (q, k, v, out, dout, dq, dk, dv)]
+    seqs = _lib.pack_varlen(batch, cu_q, cu_k, max_q, max_k)
+    fn, h, lp = ctx._lib.fw_varlen_backward_packed, ctx.handle, arrays.raw(lse)[0]
+    st, msg = arrays.run(ctx, backend, q,
+                         lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], seqs, params))
+    raise_for(st, "flashwatt backward: " + msg, not_implemented=True)
+    return dq, dk, dv
+
+
+_varlen_autograd: Any = None
+
+
+def _varlen_function() -> Any:
+    """The autograd Function of :func:`attention_varlen` on torch tensors in eager mode (made on first
+    use: torch is optional). Its forward is varlen_call with the LSE, saving q, k, v, the output, the
+    LSE and the offsets; its backward is varlen_backward_call (fw_attention_varlen_backward)."""
+    global _varlen_autograd
+    if _varlen_autograd is not None:
+        return _varlen_autograd
+    import torch
+
+    class VarlenFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(fctx: Any, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, backend, context):
+            o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, True, backend, context)
+            fctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+            fctx.args = (max_q, max_k, params, backend, context)
+            fctx.mark_non_differentiable(lse)
+            fctx.set_materialize_grads(False)  # no zero tensor for the LSE's (unused) gradient
+            return o, lse
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(fctx: Any, dout, dlse):
+            if dout is None:  # only the LSE was used: no gradient flows to q, k, v
+                return (None,) * 10
+            q, k, v, o, lse, cu_q, cu_k = fctx.saved_tensors
+            dq, dk, dv = varlen_backward_call(q, k, v, o, lse, dout, cu_q, cu_k, *fctx.args)
+            return (dq, dk, dv) + (None,) * 7
+
+    _varlen_autograd = VarlenFunction
+    return _varlen_autograd
 
 
 def attention_with_kvcache(
@@ -503,4 +630,4 @@ def kvcache_call(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_t
     return o, lse
 
 
-__all__: List[str] = ["attention_varlen", "attention_with_kvcache"]
+__all__: List[str] = ["attention_varlen", "attention_varlen_backward", "attention_with_kvcache"]

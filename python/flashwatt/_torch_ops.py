@@ -3,9 +3,10 @@
 Each op has a fake implementation (the outputs' shapes, dtypes and strides, exactly as the real call
 allocates them), so that ``torch.compile(model, fullgraph=True)`` traces a model that calls
 :func:`flashwatt.attention` without a graph break; ``attention_forward`` has a registered autograd
-whose backward is the op ``attention_backward``. The ragged and KV-cache calls have no backward: the
-ragged op's registered autograd raises where a gradient would be needed (the KV-cache op writes into
-its caches, and torch takes no autograd formula for such an op). The ops take plain values only: the
+whose backward is the op ``attention_backward``. The ragged op has no registered backward yet (eager
+ragged calls have one, _serving.py's autograd Function over fw_attention_varlen_backward): its
+registered autograd raises where a gradient would be needed. The KV-cache call has no backward (its op
+writes into its caches, and torch takes no autograd formula for such an op). The ops take plain values only: the
 masking arguments normalised, a backend name, and a context by number (``Context.op_id``; 0 is the
 calling thread's default context). Their implementations are the eager calls of ``_torch.py`` and
 ``_serving.py``.

@@ -493,12 +493,14 @@ def test_context_serving_settings(fw):
 
 @needs_torch
 def test_torch_refuses_to_silently_drop_gradients():
-    a = _varlen_args("torch")
-    a[0].requires_grad_(True)
+    """The KV-cache call has no backward: inputs that require grad are refused, not silently cut off
+    (the ragged call's backward is test_varlen_backward.py)."""
+    c = _cache_args("torch", paged=False)
+    c["q"].requires_grad_(True)
     with pytest.raises(NotImplementedError, match="no backward pass.*q requires grad"):
-        fw.attention_varlen(*a)
+        fw.attention_with_kvcache(**c)
     with torch.no_grad():
-        fw.attention_varlen(*a)
+        fw.attention_with_kvcache(**c)
 
 
 # ---- CUDA: against the CPU result, and graph capture ------------------------------------------------

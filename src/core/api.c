@@ -155,6 +155,8 @@ fw_status fw_backend_supports(const char *name, const fw_tensor *q, const fw_ten
 
 fw_status fw_api_run_forward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_FORWARD); }
 
+fw_status fw_api_run_backward(fw_context *ctx, fw_problem *p) { return run_pass(ctx, p, FW_PASS_BACKWARD); }
+
 static fw_status fw_attention_workspace_size_held(fw_context *ctx, const fw_workspace_query *query, size_t *bytes)
 {
     if (!query || !bytes) {

@@ -1,5 +1,5 @@
-/* The serving entry points: the ragged forward and the KV-cache forward. Each validates its arguments
- * (the int32 arrays' values too where the host may read them), then dispatches like the dense call. */
+/* The serving entry points: the ragged forward and backward, and the KV-cache forward. Each validates its
+ * arguments (the int32 arrays' values too where the host may read them), then dispatches like the dense call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "core/alloc.h"
@@ -46,7 +46,7 @@ static fw_status check_values(const fw_context *ctx, const fw_problem *p, char *
     return st;
 }
 
-static fw_status run_serving(fw_context *ctx, fw_problem *p, fw_status st, char *msg, size_t len)
+static fw_status run_serving(fw_context *ctx, fw_problem *p, fw_status st, char *msg, size_t len, fw_pass pass)
 {
     if (st == FW_OK) st = check_values(ctx, p, msg, len);
     if (st != FW_OK) {
@@ -55,7 +55,7 @@ static fw_status run_serving(fw_context *ctx, fw_problem *p, fw_status st, char 
     }
     p->workspace = ctx->workspace;
     p->workspace_bytes = ctx->workspace_bytes;
-    return fw_api_run_forward(ctx, p);
+    return pass == FW_PASS_FORWARD ? fw_api_run_forward(ctx, p) : fw_api_run_backward(ctx, p);
 }
 
 static fw_status fw_attention_varlen_forward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
@@ -64,10 +64,26 @@ static fw_status fw_attention_varlen_forward_held(fw_context *ctx, const fw_tens
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_varlen(q, k, v, o, lse, seqs, params, &p, msg, sizeof msg);
-    return run_serving(ctx, &p, st, msg, sizeof msg);
+    return run_serving(ctx, &p, st, msg, sizeof msg, FW_PASS_FORWARD);
 }
 FW_CONTEXT_HELD(fw_attention_varlen_forward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, fw_tensor *o,
                                               float *lse, const fw_varlen *seqs, const fw_attn_params *params), (ctx, q, k, v, o, lse, seqs, params))
+
+static fw_status fw_attention_varlen_backward_held(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
+                                                   const fw_tensor *v, const fw_tensor *o, const float *lse,
+                                                   const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,
+                                                   const fw_varlen *seqs, const fw_attn_params *params)
+{
+    char msg[1024];
+    fw_problem p;
+    fw_status st = fw_validate_varlen_backward(q, k, v, o, lse, dout, dq, dk, dv, seqs, params, &p, msg, sizeof msg);
+    return run_serving(ctx, &p, st, msg, sizeof msg, FW_PASS_BACKWARD);
+}
+FW_CONTEXT_HELD(fw_attention_varlen_backward, (fw_context *ctx, const fw_tensor *q, const fw_tensor *k, const fw_tensor *v,
+                                               const fw_tensor *o, const float *lse, const fw_tensor *dout, fw_tensor *dq,
+                                               fw_tensor *dk, fw_tensor *dv, const fw_varlen *seqs,
+                                               const fw_attn_params *params),
+                (ctx, q, k, v, o, lse, dout, dq, dk, dv, seqs, params))
 
 static fw_status fw_attention_kvcache_forward_held(fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache,
                                                    const fw_tensor *k_new, const fw_tensor *v_new, fw_tensor *o, float *lse,
@@ -76,7 +92,7 @@ static fw_status fw_attention_kvcache_forward_held(fw_context *ctx, const fw_ten
     char msg[1024];
     fw_problem p;
     fw_status st = fw_validate_kvcache(q, cache, k_new, v_new, o, lse, q_seqs, params, &p, msg, sizeof msg);
-    return run_serving(ctx, &p, st, msg, sizeof msg);
+    return run_serving(ctx, &p, st, msg, sizeof msg, FW_PASS_FORWARD);
 }
 FW_CONTEXT_HELD(fw_attention_kvcache_forward, (fw_context *ctx, const fw_tensor *q, const fw_kv_cache *cache, const fw_tensor *k_new,
                                                const fw_tensor *v_new, fw_tensor *o, float *lse, const fw_varlen *q_seqs,

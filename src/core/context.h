@@ -52,5 +52,7 @@ void fw_context_set_error(fw_context *ctx, const char *msg);
 struct fw_problem;
 /* api.c's forward dispatch, for the serving entry points (api_serving.c). */
 fw_status fw_api_run_forward(fw_context *ctx, struct fw_problem *p);
+/* ... and its backward dispatch (the ragged backward). */
+fw_status fw_api_run_backward(fw_context *ctx, struct fw_problem *p);
 
 #endif

@@ -228,6 +228,18 @@ fw_status fw_validate_backward(const fw_tensor *q, const fw_tensor *k, const fw_
     if ((st = fw_check_aligned("lse", lse, sizeof(float), msg, msg_len))) return st;
     /* o is an input here: check it as the forward's output shape, then the gradients. */
     if ((st = fw_validate_forward(q, k, v, o, NULL, params, out, msg, msg_len))) return st;
+    fw_tensor lt = fw_tensor_bhsd((void *)lse, FW_F32, o->device, q->size[0], q->size[1], q->size[2], 1);
+    if ((st = fw_check_gradients(q, k, v, o, &lt, dout, dq, dk, dv, NULL, NULL, 0, out, msg, msg_len))) return st;
+    out->lse = (float *)lse;
+    return FW_OK;
+}
+
+fw_status fw_check_gradients(const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
+                             const fw_tensor *lse, const fw_tensor *dout, const fw_tensor *dq, const fw_tensor *dk,
+                             const fw_tensor *dv, const char *const *extra_names, const fw_tensor *extra, int n_extra,
+                             fw_problem *out, char *msg, size_t msg_len)
+{
+    fw_status st;
     if ((st = check_tensor("dout", dout, 0, msg, msg_len))) return st;
     if ((st = check_tensor("dq", dq, 1, msg, msg_len))) return st;
     if ((st = check_tensor("dk", dk, 1, msg, msg_len))) return st;
@@ -250,19 +262,18 @@ fw_status fw_validate_backward(const fw_tensor *q, const fw_tensor *k, const fw_
             FAIL(FW_ERR_INVALID_SHAPE, "dv.size[%d] (%s) is %lld but v's is %lld", d, dim_name[d],
                  (long long)dv->size[d], (long long)v->size[d]);
     }
-    const fw_tensor *ins[] = {q, k, v, o, dout};
-    const char *in_names[] = {"q", "k", "v", "o", "dout"};
+    const fw_tensor *ins[] = {q, k, v, o, dout, lse};
+    const char *in_names[] = {"q", "k", "v", "o", "dout", "lse"};
     const fw_tensor *outs[] = {dq, dk, dv};
     const char *out_names[] = {"dq", "dk", "dv"};
-    fw_tensor lt = fw_tensor_bhsd((void *)lse, FW_F32, o->device, q->size[0], q->size[1], q->size[2], 1);
     for (int i = 0; i < 3; i++) {
-        for (int j = 0; j < 5; j++)
+        for (int j = 0; j < 6; j++)
             if ((st = check_no_overlap(out_names[i], outs[i], in_names[j], ins[j], msg, msg_len))) return st;
-        if ((st = check_no_overlap(out_names[i], outs[i], "lse", &lt, msg, msg_len))) return st;
+        for (int j = 0; j < n_extra; j++)
+            if ((st = check_no_overlap(out_names[i], outs[i], extra_names[j], &extra[j], msg, msg_len))) return st;
         for (int j = i + 1; j < 3; j++)
             if ((st = check_no_overlap(out_names[i], outs[i], out_names[j], outs[j], msg, msg_len))) return st;
     }
-    out->lse = (float *)lse;
     out->dout = dout->data; out->dq = dq->data; out->dk = dk->data; out->dv = dv->data;
     copy_strides(out->do_stride, dout); copy_strides(out->dq_stride, dq);
     copy_strides(out->dk_stride, dk); copy_strides(out->dv_stride, dv);

@@ -24,6 +24,12 @@ fw_status fw_validate_backward(const fw_tensor *q, const fw_tensor *k, const fw_
 fw_status fw_validate_varlen(const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
                              float *lse, const fw_varlen *seqs, const fw_attn_params *params, fw_problem *out,
                              char *msg, size_t msg_len);
+/* The ragged backward: fw_validate_varlen's checks with o as an input, lse (H, total_q) required, and
+ * the gradients' (fw_check_gradients); the offsets' values as fw_validate_serving_values says. */
+fw_status fw_validate_varlen_backward(const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
+                                      const float *lse, const fw_tensor *dout, const fw_tensor *dq, const fw_tensor *dk,
+                                      const fw_tensor *dv, const fw_varlen *seqs, const fw_attn_params *params,
+                                      fw_problem *out, char *msg, size_t msg_len);
 fw_status fw_validate_kvcache(const fw_tensor *q, const fw_kv_cache *cache, const fw_tensor *k_new,
                               const fw_tensor *v_new, const fw_tensor *o, float *lse, const fw_varlen *q_seqs,
                               const fw_attn_params *params, fw_problem *out, char *msg, size_t msg_len);
@@ -43,6 +49,14 @@ fw_status fw_check_same(const char *an, const fw_tensor *a, const char *bn, cons
                         size_t msg_len);
 fw_status fw_check_no_overlap(const char *on, const fw_tensor *o, const char *in, const fw_tensor *t, char *msg,
                               size_t msg_len);
+/* The backward's gradients against the forward's tensors (dense and ragged calls alike): dout shaped
+ * like o, dq like q, dk and dv like k and v, one dtype and device, and none of them overlapping an
+ * input (q, k, v, o, dout, lse, and the n_extra named arrays such as offsets) or each other. Fills
+ * out's gradient pointers and strides. */
+fw_status fw_check_gradients(const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
+                             const fw_tensor *lse, const fw_tensor *dout, const fw_tensor *dq, const fw_tensor *dk,
+                             const fw_tensor *dv, const char *const *extra_names, const fw_tensor *extra, int n_extra,
+                             fw_problem *out, char *msg, size_t msg_len);
 fw_status fw_check_params(const fw_attn_params *p, int64_t head_dim, fw_problem *out, char *msg, size_t msg_len);
 /* ptr (may be NULL) on a multiple of align bytes: its elements are read as align-byte values. */
 fw_status fw_check_aligned(const char *name, const void *ptr, size_t align, char *msg, size_t msg_len);

@@ -172,6 +172,26 @@ fw_status fw_validate_varlen(const fw_tensor *q, const fw_tensor *k, const fw_te
     return FW_OK;
 }
 
+fw_status fw_validate_varlen_backward(const fw_tensor *q, const fw_tensor *k, const fw_tensor *v, const fw_tensor *o,
+                                      const float *lse, const fw_tensor *dout, const fw_tensor *dq, const fw_tensor *dk,
+                                      const fw_tensor *dv, const fw_varlen *seqs, const fw_attn_params *params,
+                                      fw_problem *out, char *msg, size_t msg_len)
+{
+    if (!lse)
+        FAIL(FW_ERR_NULL_ARGUMENT, "lse is NULL; the backward needs the forward's row log-sum-exp ((H, total_q) float32)");
+    TRY(fw_check_aligned("lse", lse, sizeof(float), msg, msg_len));
+    /* o is an input here: checked as the forward's output, then the gradients against the inputs */
+    TRY(fw_validate_varlen(q, k, v, o, NULL, seqs, params, out, msg, msg_len));
+    const fw_device dev = q->device;
+    const fw_tensor lt = array_of(lse, q->size[1] * q->size[2], dev);
+    static const char *const offset_names[2] = {"seqs->cu_seqlens_q", "seqs->cu_seqlens_k"};
+    const fw_tensor offsets[2] = {array_of(seqs->cu_seqlens_q, seqs->batch + 1, dev),
+                                  array_of(seqs->cu_seqlens_k, seqs->batch + 1, dev)};
+    TRY(fw_check_gradients(q, k, v, o, &lt, dout, dq, dk, dv, offset_names, offsets, 2, out, msg, msg_len));
+    out->lse = (float *)lse;
+    return FW_OK;
+}
+
 fw_status fw_validate_kvcache(const fw_tensor *q, const fw_kv_cache *cache, const fw_tensor *k_new,
                               const fw_tensor *v_new, const fw_tensor *o, float *lse, const fw_varlen *q_seqs,
                               const fw_attn_params *params, fw_problem *out, char *msg, size_t msg_len)

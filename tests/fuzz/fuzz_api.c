@@ -1,11 +1,11 @@
-/* Fuzz target: the public attention calls (dense forward, backward, ragged, KV cache, workspace size,
- * backend support) with arguments decoded from the input: shapes, strides, layouts, dtypes, devices,
- * pointer alignment, aliasing, LSE, scale, causal, windows, backend, threads, precision, and the serving
- * calls' offsets, cache lengths, block tables and new tokens, each mostly sane and sometimes an edge
- * value. Every tensor the description spans is allocated to exactly its extent (ASan sees any access
- * beyond it); a description too large to allocate goes to the validators only. Properties besides "no
- * crash, no sanitizer report, no hang": a failed call returns a known status with a message and leaves
- * every output (and the KV cache) byte for byte as it was. */
+/* Fuzz target: the public attention calls (dense forward and backward, ragged forward and backward, KV
+ * cache, workspace size, backend support) with arguments decoded from the input: shapes, strides, layouts,
+ * dtypes, devices, pointer alignment, aliasing, LSE, scale, causal, windows, backend, threads, precision,
+ * and the serving calls' offsets, cache lengths, block tables and new tokens, each mostly sane and
+ * sometimes an edge value. Every tensor the description spans is allocated to exactly its extent (ASan
+ * sees any access beyond it); a description too large to allocate goes to the validators only. Properties
+ * besides "no crash, no sanitizer report, no hang": a failed call returns a known status with a message
+ * and leaves every output (and the KV cache) byte for byte as it was. */
 #include <float.h>
 #include <math.h>
 #include "flashwatt.h"
@@ -267,7 +267,8 @@ static int32_t *offsets(fzcall *c, int64_t B, const int32_t *len)
     return cu;
 }
 
-static void varlen(fzcall *c)
+/* The ragged forward, or (backward) the ragged backward on the same kind of batch. */
+static void varlen(fzcall *c, int backward)
 {
     fz *f = &c->in;
     fw_context *ctx = context(f);
@@ -288,19 +289,36 @@ static void varlen(fzcall *c)
     if (fz_u8(f) < 24) seqs.max_seqlen_q = fz_size(f, 12);
     if (fz_u8(f) < 24) tq = fz_size(f, 40);
     fw_tensor q = tensor(c, t, dev, 1, H, tq, D, 0), k = tensor(c, t, dev, 1, Hkv, tk, D, 0);
-    fw_tensor v = tensor(c, t, dev, 1, Hkv, tk, D, 0), o = tensor(c, t, dev, 1, H, tq, D, 1);
+    fw_tensor v = tensor(c, t, dev, 1, Hkv, tk, D, 0), o = tensor(c, t, dev, 1, H, tq, D, !backward);
     fw_attn_params prm, *pp = params(f, &prm);
-    float *lse = lse_buffer(c, count3(1, H, tq), o.data, 0);
+    const int64_t rows = count3(1, H, tq);
+    float *lse = lse_buffer(c, rows, backward ? NULL : o.data, backward);
     fw_status st = FW_OK;
+    if (!backward) {
+        if (c->unsafe || too_much_work(1, H, mq, mk, (double)D * (double)B)) {
+            char why[512];
+            fw_problem p;
+            fw_validate_varlen(&q, &k, &v, &o, lse, &seqs, pp, &p, why, sizeof why);
+        } else {
+            snapshot(c);
+            st = fw_attention_varlen_forward(ctx, &q, &k, &v, &o, lse, &seqs, pp);
+        }
+        check_and_free(c, ctx, st, "fw_attention_varlen_forward");
+        return;
+    }
+    if (lse && !c->unsafe && ((uintptr_t)lse & 3) == 0) /* LSEs of the size a forward gives */
+        for (int64_t i = 0; i < rows; i++) lse[i] = 1.0f + (float)(i % 5);
+    fw_tensor dout = tensor(c, t, dev, 1, H, tq, D, 0), dq = tensor(c, t, dev, 1, H, tq, D, 1);
+    fw_tensor dk = tensor(c, t, dev, 1, Hkv, tk, D, 1), dv = tensor(c, t, dev, 1, Hkv, tk, D, 1);
     if (c->unsafe || too_much_work(1, H, mq, mk, (double)D * (double)B)) {
         char why[512];
         fw_problem p;
-        fw_validate_varlen(&q, &k, &v, &o, lse, &seqs, pp, &p, why, sizeof why);
+        fw_validate_varlen_backward(&q, &k, &v, &o, lse, &dout, &dq, &dk, &dv, &seqs, pp, &p, why, sizeof why);
     } else {
         snapshot(c);
-        st = fw_attention_varlen_forward(ctx, &q, &k, &v, &o, lse, &seqs, pp);
+        st = fw_attention_varlen_backward(ctx, &q, &k, &v, &o, lse, &dout, &dq, &dk, &dv, &seqs, pp);
     }
-    check_and_free(c, ctx, st, "fw_attention_varlen_forward");
+    check_and_free(c, ctx, st, "fw_attention_varlen_backward");
 }
 
 static void kvcache(fzcall *c)
@@ -386,11 +404,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fzcall c;
     memset(&c, 0, sizeof c);
     c.in = (fz){data, size};
-    switch (fz_u8(&c.in) % 5) {
+    switch (fz_u8(&c.in) % 6) {
     case 0: dense(&c, 0); break;
     case 1: dense(&c, 1); break;
-    case 2: varlen(&c); break;
+    case 2: varlen(&c, 0); break;
     case 3: kvcache(&c); break;
+    case 5: varlen(&c, 1); break;
     default: workspace_size(&c); break;
     }
     return 0;

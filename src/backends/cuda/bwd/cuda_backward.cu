@@ -30,6 +30,7 @@ static unsigned fw_bwd_blocks(long long work, long long per_block)
 
 extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len)
 {
+    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32 && p->dtype != FW_F16 && p->dtype != FW_BF16)
         return fw_why(why, why_len, "the CUDA backward takes f32, f16 or bf16, not dtype %d", (int)p->dtype);

@@ -11,6 +11,7 @@
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
+    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
     if (p->kind != FW_CALL_DENSE) return fw_srv_f32_supports(p, why, why_len); /* serving/serving_f32.cu */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32)

@@ -23,6 +23,7 @@ static int flash_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns
 
 static int flash_supports(const fw_problem *p, char *why, size_t why_len)
 {
+    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
     if (p->kind != FW_CALL_DENSE) return fw_srv_tc_supports(p, why, why_len); /* ragged and cached calls */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F16 && p->dtype != FW_BF16)
