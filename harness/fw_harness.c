@@ -2,6 +2,7 @@
  * forward reference and the comparison against the numerics contract (fw_harness.h). */
 #include "fw_harness.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,22 @@ const char *fw_case_label(const fw_case *c, char *buf, size_t len)
              (long long)p->window_left, (long long)p->window_right, c->want_lse ? " lse" : "",
              (unsigned long long)c->seed);
     return buf;
+}
+
+int fw_device_parse(const char *s, fw_device *out)
+{
+    if (!strcmp(s, "cpu")) { out->kind = FW_DEVICE_CPU; out->index = 0; return 0; }
+    if (!strcmp(s, "cuda") || !strcmp(s, "gpu")) { out->kind = FW_DEVICE_CUDA; out->index = 0; return 0; }
+    if (!strncmp(s, "cuda:", 5) && s[5]) {
+        char *end;
+        errno = 0;
+        long i = strtol(s + 5, &end, 10);
+        if (errno || *end || i < 0 || i > 1023) return -1;
+        out->kind = FW_DEVICE_CUDA;
+        out->index = (int)i;
+        return 0;
+    }
+    return -1;
 }
 
 fw_case fw_case_default(void)

@@ -58,6 +58,10 @@ typedef struct fw_case {
                           pages; contiguous: plus 3 keys of slack) */
 } fw_case;
 
+/* "cpu", "cuda" (or "gpu": device 0) or "cuda:N" (0 <= N <= 1023) into *out; 0, or -1 for anything else.
+ * The command line and the test programs read --device with it. */
+int fw_device_parse(const char *s, fw_device *out);
+
 /* A case with batch=heads=kv_heads=1, seqlen 128, head_dim 64, f32, cpu, bhsd, seed 1. */
 fw_case fw_case_default(void);
 /* fw_case_default() with this shape and dtype, LSE wanted, and the given seed. */

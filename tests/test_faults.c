@@ -411,12 +411,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            const char *d = argv[++i];
-            if (!strcmp(d, "cpu")) dev.kind = FW_DEVICE_CPU;
-            else if (!strncmp(d, "cuda", 4)) {
-                dev.kind = FW_DEVICE_CUDA;
-                dev.index = d[4] == ':' ? atoi(d + 5) : 0;
-            } else {
+            if (fw_device_parse(argv[++i], &dev)) {
                 fprintf(stderr, "test_faults: --device cpu|cuda[:N]\n");
                 return 2;
             }

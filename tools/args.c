@@ -79,22 +79,6 @@ int fw_args_dtype(const char *s, fw_dtype *out)
     return -1;
 }
 
-int fw_args_device(const char *s, fw_device *out)
-{
-    if (!strcmp(s, "cpu")) { out->kind = FW_DEVICE_CPU; out->index = 0; return 0; }
-    if (!strcmp(s, "cuda") || !strcmp(s, "gpu")) { out->kind = FW_DEVICE_CUDA; out->index = 0; return 0; }
-    if (!strncmp(s, "cuda:", 5) && s[5]) {
-        char *end;
-        errno = 0;
-        long i = strtol(s + 5, &end, 10);
-        if (errno || *end || i < 0 || i > 1023) return -1;
-        out->kind = FW_DEVICE_CUDA;
-        out->index = (int)i;
-        return 0;
-    }
-    return -1;
-}
-
 const char *fw_args_device_name(fw_device d, char *buf, size_t len)
 {
     if (d.kind == FW_DEVICE_CPU) snprintf(buf, len, "cpu");
@@ -252,7 +236,7 @@ static int apply(const opt *o, const char *val, int lists, fw_cli *cli, char *er
         return 0;
     }
     case K_DEVICE:
-        if (fw_args_device(val, &cli->device)) {
+        if (fw_device_parse(val, &cli->device)) {
             snprintf(err, err_len, "--device: '%s' is not cpu, cuda or cuda:N", val);
             return 2;
         }

@@ -72,7 +72,6 @@ int fw_args_parse(int argc, char **argv, int first, int lists, fw_cli *cli, char
 /* "f32" / "f16" / "bf16" (also float32, float16, half, bfloat16) -> 0 on success. */
 int fw_args_dtype(const char *s, fw_dtype *out);
 /* "cpu", "cuda", "cuda:N" -> 0 on success. */
-int fw_args_device(const char *s, fw_device *out);
 /* Short text for a device: "cpu", "cuda:0". buf needs 16 bytes. */
 const char *fw_args_device_name(fw_device d, char *buf, size_t len);
 /* The info of the backend called name: 1 if it is compiled in; 0 (info zeroed) if not. */

@@ -284,12 +284,7 @@ int main(int argc, char **argv)
         if (i == 1 && (!strcmp(a, "test") || !strcmp(a, "perf") || !strcmp(a, "backward")))
             att_o.mode = !strcmp(a, "test") ? ATT_TEST : !strcmp(a, "perf") ? ATT_PERF : ATT_BACKWARD;
         else if (!strcmp(a, "--device")) {
-            const char *d = VALUE();
-            if (!strcmp(d, "cpu")) att_o.device.kind = FW_DEVICE_CPU;
-            else if (!strncmp(d, "cuda", 4)) {
-                att_o.device.kind = FW_DEVICE_CUDA;
-                att_o.device.index = d[4] == ':' ? atoi(d + 5) : 0;
-            } else return usage("--device is cpu or cuda[:N]");
+            if (fw_device_parse(VALUE(), &att_o.device)) return usage("--device is cpu or cuda[:N]");
         } else if (!strcmp(a, "--quick")) att_o.quick = 1;
         else if (!strcmp(a, "--long")) att_o.long_cases = 1;
         else if (!strcmp(a, "--section")) att_o.sections = VALUE();
