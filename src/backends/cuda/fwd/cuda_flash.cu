@@ -23,7 +23,12 @@ static int flash_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns
 
 static int flash_supports(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
+    if (fw_problem_ragged_backward(p)) { /* the CUDA backward's ragged kernels (bwd/cuda_backward.cu) */
+        if (p->dtype != FW_F16 && p->dtype != FW_BF16)
+            return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
+                          fw_dtype_name(p->dtype));
+        return fw_cuda_backward_supports(p, why, why_len);
+    }
     if (p->kind != FW_CALL_DENSE) return fw_srv_tc_supports(p, why, why_len); /* ragged and cached calls */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F16 && p->dtype != FW_BF16)
