@@ -212,6 +212,7 @@ def test_cuda_autograd_matches_sdpa_per_sequence(dtype, mask):
         cu_q, cu_k = torch.from_numpy(offsets(SEQ_Q)).cuda(), torch.from_numpy(offsets(SEQ_K)).cuda()
         scale = 0.3
         stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())  # the inputs' copies
         with torch.cuda.stream(stream):
             o = fw.attention_varlen(q, k, v, cu_q, cu_k, max(SEQ_Q), max(SEQ_K), causal=causal, window=window,
                                     scale=scale)
