@@ -57,6 +57,19 @@ static void grads_free(grads *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The run and gradients of c on the device; 0 (both freed, the failure reported) when either cannot be made. */
+static int gpu_alloc(fw_case *c, fw_run *r, fw_bwd *g, const char *what)
+{
+    char msg[1024];
+    c->device = gpu_dev;
+    if (fw_run_alloc(r, c, msg, sizeof msg) != FW_OK) return fwt_case(0, "%s alloc: %s", what, msg);
+    if (fw_bwd_alloc(r, g, c->seed, msg, sizeof msg) != FW_OK) {
+        fw_run_free(r);
+        return fwt_case(0, "%s gradient alloc: %s", what, msg);
+    }
+    return 1;
+}
+
 /* The problem backend b receives for r's ragged backward: the device tensors and the device offsets. */
 static fw_status gpu_problem(const fw_run *r, const fw_bwd *g, fw_problem *p, char *err, size_t len)
 {
@@ -210,17 +223,10 @@ static void gpu_case(fw_case c, const char *what)
     c.device = gpu_dev;
     fw_run r;
     fw_bwd g;
-    char msg[1024], label[512];
+    char msg[1024], label[512], whole[640];
     fw_case_label(&c, label, sizeof label);
-    if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK) {
-        fwt_case(0, "%s alloc [%s]: %s", what, label, msg);
-        return;
-    }
-    if (fw_bwd_alloc(&r, &g, c.seed, msg, sizeof msg) != FW_OK) {
-        fwt_case(0, "%s gradient alloc [%s]: %s", what, label, msg);
-        fw_run_free(&r);
-        return;
-    }
+    snprintf(whole, sizeof whole, "%s [%s]", what, label);
+    if (!gpu_alloc(&c, &r, &g, whole)) return;
     const char *name = gpu_backend_of(c.dtype);
     const fw_backend *b = fw_registry_find(name);
     char why[512] = "";
@@ -369,15 +375,11 @@ static void gpu_neighbour_nan(fw_dtype t, int64_t D)
 {
     const int32_t q[] = {37, 64, 50}, k[] = {41, 64, 50};
     fw_case c = varlen_case(3, q, k, 4, 2, D, t);
-    c.device = gpu_dev;
     c.params.causal = t == FW_F16;
     fw_run r;
     fw_bwd g;
-    char msg[1024];
-    if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK || fw_bwd_alloc(&r, &g, c.seed, msg, sizeof msg) != FW_OK) {
-        fwt_case(0, "neighbour NaN alloc: %s", msg);
-        return;
-    }
+    char msg[1024] = "";
+    if (!gpu_alloc(&c, &r, &g, "neighbour NaN")) return;
     const char *name = gpu_backend_of(t);
     const fw_backend *b = fw_registry_find(name);
     fw_problem p;
@@ -466,15 +468,11 @@ static void gpu_garbage_offsets(fw_dtype t)
 {
     const int32_t q[] = {3, 0, 17, 2}, k[] = {5, 1, 17, 9};
     fw_case c = varlen_case(4, q, k, 8, 2, 64, t);
-    c.device = gpu_dev;
     c.params.causal = 1;
     fw_run r;
     fw_bwd g;
-    char msg[1024];
-    if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK || fw_bwd_alloc(&r, &g, c.seed, msg, sizeof msg) != FW_OK) {
-        fwt_case(0, "out-of-range offsets alloc: %s", msg);
-        return;
-    }
+    char msg[1024] = "";
+    if (!gpu_alloc(&c, &r, &g, "out-of-range offsets")) return;
     const size_t es = fw_dtype_size(t), nq = r.q_elems * es, nk = r.kv_elems * es;
     void *keep[3] = {g.dq.data, g.dk.data, g.dv.data};
     g.dq.data = guarded_alloc(&r, nq);
@@ -527,14 +525,9 @@ static void gpu_refusals(void)
 {
     const int32_t q[] = {4, 0, 9}, k[] = {6, 2, 9};
     fw_case c = varlen_case(3, q, k, 2, 1, 64, FW_F16);
-    c.device = gpu_dev;
     fw_run r;
     fw_bwd g;
-    char msg[512];
-    if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK || fw_bwd_alloc(&r, &g, c.seed, msg, sizeof msg) != FW_OK) {
-        fwt_case(0, "refusals alloc: %s", msg);
-        return;
-    }
+    if (!gpu_alloc(&c, &r, &g, "refusals")) return;
     const char *others[2] = {"cuda-naive", "cuda-tiled"};
     for (int i = 0; i < 2; i++) {
         char why[512] = "";
