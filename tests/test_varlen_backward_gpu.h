@@ -170,25 +170,25 @@ static void gpu_against_dense(fw_run *r, fw_bwd *g, const fw_backend *b, const c
         gather(hv, r->host_v, &r->v, Hkv, k0, lk, es);
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < lq; i++) hl[h * lq + i] = r->host_lse[fw_lse_index(p, s, h, i)];
-        char *d = (char *)devp;
-        char *dq_ = d, *do_ = dq_ + sq, *ddo = do_ + sq, *ddq = ddo + sq, *dk_ = ddq + sq, *dv_ = dk_ + sk, *ddk = dv_ + sk,
-             *ddv = ddk + sk;
-        float *dl = (float *)(ddv + sk);
-        fw_status st = fwh_copy(r, dq_, hq, nq, 1);
-        if (st == FW_OK) st = fwh_copy(r, do_, ho, nq, 1);
-        if (st == FW_OK) st = fwh_copy(r, ddo, hdo, nq, 1);
-        if (st == FW_OK) st = fwh_copy(r, dk_, hk, nk, 1);
-        if (st == FW_OK) st = fwh_copy(r, dv_, hv, nk, 1);
-        if (st == FW_OK) st = fwh_copy(r, dl, hl, nl, 1);
+        char *d = (char *)devp; /* on the device: g* */
+        char *gq = d, *go = gq + sq, *gdo = go + sq, *gdq = gdo + sq, *gk = gdq + sq, *gv = gk + sk, *gdk = gv + sk,
+             *gdv = gdk + sk;
+        float *gl = (float *)(gdv + sk);
+        fw_status st = fwh_copy(r, gq, hq, nq, 1);
+        if (st == FW_OK) st = fwh_copy(r, go, ho, nq, 1);
+        if (st == FW_OK) st = fwh_copy(r, gdo, hdo, nq, 1);
+        if (st == FW_OK) st = fwh_copy(r, gk, hk, nk, 1);
+        if (st == FW_OK) st = fwh_copy(r, gv, hv, nk, 1);
+        if (st == FW_OK) st = fwh_copy(r, gl, hl, nl, 1);
         const fw_dtype t = c->dtype;
-        const fw_tensor tq = fw_tensor_bhsd(dq_, t, gpu_dev, 1, H, lq, D), to = fw_tensor_bhsd(do_, t, gpu_dev, 1, H, lq, D);
-        const fw_tensor tdo = fw_tensor_bhsd(ddo, t, gpu_dev, 1, H, lq, D);
-        fw_tensor tdq = fw_tensor_bhsd(ddq, t, gpu_dev, 1, H, lq, D);
-        const fw_tensor tk = fw_tensor_bhsd(dk_, t, gpu_dev, 1, Hkv, lk, D), tv = fw_tensor_bhsd(dv_, t, gpu_dev, 1, Hkv, lk, D);
-        fw_tensor tdk = fw_tensor_bhsd(ddk, t, gpu_dev, 1, Hkv, lk, D), tdv = fw_tensor_bhsd(ddv, t, gpu_dev, 1, Hkv, lk, D);
+        const fw_tensor tq = fw_tensor_bhsd(gq, t, gpu_dev, 1, H, lq, D), to = fw_tensor_bhsd(go, t, gpu_dev, 1, H, lq, D);
+        const fw_tensor tdo = fw_tensor_bhsd(gdo, t, gpu_dev, 1, H, lq, D);
+        fw_tensor tdq = fw_tensor_bhsd(gdq, t, gpu_dev, 1, H, lq, D);
+        const fw_tensor tk = fw_tensor_bhsd(gk, t, gpu_dev, 1, Hkv, lk, D), tv = fw_tensor_bhsd(gv, t, gpu_dev, 1, Hkv, lk, D);
+        fw_tensor tdk = fw_tensor_bhsd(gdk, t, gpu_dev, 1, Hkv, lk, D), tdv = fw_tensor_bhsd(gdv, t, gpu_dev, 1, Hkv, lk, D);
         fw_problem pd;
         if (st == FW_OK)
-            st = fw_validate_backward(&tq, &tk, &tv, &to, dl, &tdo, &tdq, &tdk, &tdv, &c->params, &pd, err, sizeof err);
+            st = fw_validate_backward(&tq, &tk, &tv, &to, gl, &tdo, &tdq, &tdk, &tdv, &c->params, &pd, err, sizeof err);
         if (st == FW_OK) {
             pd.deterministic = 1;
             fw_config cfg;
@@ -198,9 +198,9 @@ static void gpu_against_dense(fw_run *r, fw_bwd *g, const fw_backend *b, const c
             st = b->backward(&pd, &cfg, &ex);
         }
         if (st == FW_OK) st = fwh_sync(r);
-        if (st == FW_OK) st = fwh_copy(r, hdq, ddq, nq, 0);
-        if (st == FW_OK) st = fwh_copy(r, hdk, ddk, nk, 0);
-        if (st == FW_OK) st = fwh_copy(r, hdv, ddv, nk, 0);
+        if (st == FW_OK) st = fwh_copy(r, hdq, gdq, nq, 0);
+        if (st == FW_OK) st = fwh_copy(r, hdk, gdk, nk, 0);
+        if (st == FW_OK) st = fwh_copy(r, hdv, gdv, nk, 0);
         if (st == FW_OK) {
             bad += differ(hdq, g->host_dq, &g->dq, H, q0, lq, es);
             bad += differ(hdk, g->host_dk, &g->dk, Hkv, k0, lk, es);
