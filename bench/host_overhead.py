@@ -2,7 +2,8 @@
 kernel is negligible: calls are launched back to back (a GPU runs them asynchronously) and timed on the
 host. Rows: the forward without autograd, the forward with inputs that require grad, a whole
 forward+backward step, the same three under torch.compile (--compiled), the custom op called through
-torch's dispatcher (the path torch.compile traces), and the bare C call. On CUDA also the forward and
+torch's dispatcher (the path torch.compile traces), the bare C calls, and an autograd.Function with empty
+bodies (the floor of the autograd rows for a binding written in Python). On CUDA also the forward and
 the fwd+bwd step captured into a torch.cuda.graph and replayed (the host cost gone: what is left is the
 GPU's). flashwatt and SDPA alternate in rounds and each row reports the median round, so that a machine
 shared with other work biases neither. The last line says whether each eager row is within SDPA + 10%.
@@ -168,6 +169,24 @@ def main():
         return bfn(h, db[0], db[1], db[2], db[3], lp, db[4], g[0], g[1], g[2], pb)
 
     parts["C backward, gradients per call"] = c_backward_fresh_grads
+
+    # The floor of the autograd rows for any Python binding: a torch.autograd.Function whose bodies only
+    # allocate the output (SDPA's autograd node is C++; a ctypes binding's cannot be).
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(fctx, x, y, z):
+            return torch.empty_like(x)
+
+        @staticmethod
+        def backward(fctx, g):
+            return g, g, g
+
+    def empty_step():
+        qg.grad = kg.grad = vg.grad = None
+        Empty.apply(qg, kg, vg).backward(dout)
+
+    parts["autograd.Function, empty: forward"] = lambda: Empty.apply(qg, kg, vg)
+    parts["autograd.Function, empty: step"] = empty_step
     got = rounds(parts, a.n, a.rounds, sync)
     for name, us in got.items():
         results[name] = {"flashwatt_us": us}

@@ -145,7 +145,10 @@ FW_API fw_status fw_context_set_deterministic(fw_context *ctx, int deterministic
  * budget. Backward only, for now: with a budget > 0 the CUDA backward may keep the Lq×Lk matrices
  * (S/P, dP/dS) of short sequences in device memory instead of recomputing them (the "store" strategy,
  * cuBLAS GEMMs; chosen when seqlen_q·seqlen_k is at most 2^20 and one (batch, head) slice's matrices
- * plus the O(L·D) accumulators fit; larger batches run in chunks within the budget). 0 never picks it. */
+ * plus the O(L·D) accumulators fit; larger batches run in chunks within the budget). 0 never picks it.
+ * Outside the budget, as the backward's O(L·D) accumulators are: cuda-flash's staged copies of tensors
+ * its kernels cannot read in place (head_dim not a multiple of 8, rows not 16-byte aligned; dense and
+ * ragged calls), O(tokens · head_dim) for the duration of the call. */
 FW_API fw_status fw_context_set_memory_budget(fw_context *ctx, size_t bytes);
 /* Message of the last failed call on this context, "" after a success. Valid until the next call. */
 FW_API const char *fw_context_last_error(const fw_context *ctx);
@@ -270,7 +273,9 @@ FW_API fw_status fw_attention_kvcache_forward(fw_context *ctx, const fw_tensor *
  * With a workspace set, a ragged or cache call on the GPU neither allocates nor synchronises; its
  * split plan depends only on host-known sizes (batch, heads, max_seqlen_q, the cache's capacity),
  * and it takes fewer splits rather than more memory than given. NULL, 0 = allocate per call
- * (stream-ordered). The memory stays the caller's. */
+ * (stream-ordered). The memory stays the caller's. With a workspace set, cuda-flash refuses a forward
+ * it would have to stage (head_dim not a multiple of 8, rows not 16-byte aligned: a padded copy of
+ * O(tokens · head_dim) bytes that it would allocate), with that reason. */
 FW_API fw_status fw_context_set_workspace(fw_context *ctx, void *device_ptr, size_t bytes);
 /* Bytes of workspace that calls up to these sizes take at most on ctx's device choice. */
 typedef struct fw_workspace_query {

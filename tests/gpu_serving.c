@@ -15,7 +15,9 @@
  *                         refused by name with fw_context_set_check_device_values); paged decode against a float64
  *                         reference here (gpu_serving_pages.h): page sizes 1, 3, 12, 16, 24, 48, 256 at
  *                         head dims 64, 128, 256, table entries outside the pool masked key by key, and
- *                         pages more than 4 GiB apart.
+ *                         pages more than 4 GiB apart; ragged batches and dense decode shapes at head dims
+ *                         that are not multiples of 8 (staged), and the refusals of a KV-cache call at such
+ *                         a head dim and of a ragged one under a context workspace (gpu_serving_headdims.h).
  *   gpu_serving --quick   a few of each (for compute-sanitizer memcheck / racecheck).
  * Outputs are poisoned (NaN) before every call, so every element must be written. Exit 77 without a GPU. */
 #ifndef _GNU_SOURCE
@@ -357,6 +359,7 @@ done:
 
 #include "gpu_serving_pages.h"
 #include "gpu_serving_cases.h"
+#include "gpu_serving_headdims.h"
 
 int main(int argc, char **argv)
 {
@@ -367,6 +370,7 @@ int main(int argc, char **argv)
     }
     const double t0 = fw_now_seconds();
     run_suite(quick);
+    staged_head_dims(quick);
     return fwt_finish("gpu_serving", fw_now_seconds() - t0);
 }
 #else

@@ -310,6 +310,17 @@ static void calls(void)
         sweep_backends(&t, sites, nsites);
         free_target(&t);
     }
+    /* cuda-flash stages head dims that are not multiples of 8 (common/stage.h): its workspace and copies too */
+    if (low != FW_F32 && make_target(&t, "dense 16-bit head_dim 59 (staged)", dense(1, 4, 2, 70, 90, 59, low, 1),
+                                     CALL_FORWARD)) {
+        sweep_backends(&t, sites, nsites);
+        free_target(&t);
+    }
+    if (low != FW_F32 && make_target(&t, "backward 16-bit head_dim 59 (staged)", dense(1, 2, 1, 70, 90, 59, low, 0),
+                                     CALL_BACKWARD)) {
+        sweep_backends(&t, sites, nsites);
+        free_target(&t);
+    }
     const int32_t sq[3] = {5, 0, 33}, sk[3] = {40, 7, 33};
     for (int dt = 0; dt < 2; dt++) {
         const fw_dtype d = dt ? low : FW_F32;

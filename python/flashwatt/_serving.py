@@ -338,8 +338,9 @@ def attention_varlen(
         The output (total_q, heads, head_dim), allocated like q, or ``(output, lse)``. Torch CUDA
         tensors run on torch's current stream without host synchronisation. Differentiable: where
         torch tensors q, k or v require grad, autograd's backward computes dq, dk, dv with
-        :func:`attention_varlen_backward` (the lse output is not differentiable); the ragged backward
-        runs on cpu-flash and cpu-ref, and on CUDA tensors on cuda-flash (f16, bf16) and cuda-flash-f32.
+        :func:`attention_varlen_backward`, eagerly and under ``torch.compile`` (the lse output is not
+        differentiable); the ragged backward runs on cpu-flash and cpu-ref, and on CUDA tensors on cuda-flash
+        (f16, bf16) and cuda-flash-f32.
 
     Raises:
         FlashwattError: the library refused the call (``.message`` names the argument).
@@ -352,14 +353,13 @@ def attention_varlen(
     arrays = _arrays_of(named)
     max_q, max_k = _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k")
     if _through_ops(arrays, q, k, v, cu_seqlens_q, cu_seqlens_k):
-        # the op has no registered backward yet: refuse here rather than at backward time
-        arrays.check_no_grad("attention_varlen under torch.compile", named[:3])
+        # the op's registered autograd needs the LSE where a gradient is wanted
         o, lse = arrays.torch.ops.flashwatt.attention_varlen(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, *masking, return_lse, backend,
-            context.op_id if context is not None else 0)
-    elif arrays.needs_grad(named[:3]):  # torch autograd: the backward is fw_attention_varlen_backward
-        o, lse = _varlen_function().apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking),
-                                          backend, context)
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, *masking, return_lse or arrays.needs_grad(named[:3]),
+            backend, context.op_id if context is not None else 0)
+    elif arrays.needs_grad(named[:3]):  # eager torch autograd: the backward is fw_attention_varlen_backward
+        o, lse = arrays._torch.VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
+                                                    pack_params(*masking), backend, context)
     else:
         o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, pack_params(*masking), return_lse,
                              backend, context, arrays)
@@ -445,8 +445,8 @@ def attention_varlen_backward(
 def varlen_backward_call(q: Any, k: Any, v: Any, out: Any, lse: Any, dout: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                          max_q: int, max_k: int, params: bytes, backend: str, context: Optional[Context]
                          ) -> Tuple[Any, Any, Any]:
-    """The ragged backward on checked scalar arguments (the explicit call and the autograd Function's
-    backward; what a custom op flashwatt::attention_varlen_backward would run): (dq, dk, dv)."""
+    """The ragged backward on checked scalar arguments (the explicit call, the eager autograd Function's
+    backward and the op flashwatt::attention_varlen_backward): (dq, dk, dv)."""
     ctx = _context(context)
     _lib.require_varlen_backward(ctx._lib)
     named = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout), ("cu_seqlens_q", cu_seqlens_q),
@@ -469,41 +469,6 @@ def varlen_backward_call(q: Any, k: Any, v: Any, out: Any, lse: Any, dout: Any, 
                          lambda: fn(h, d[0], d[1], d[2], d[3], lp, d[4], d[5], d[6], d[7], seqs, params))
     raise_for(st, "flashwatt backward: " + msg, not_implemented=True)
     return dq, dk, dv
-
-
-_varlen_autograd: Any = None
-
-
-def _varlen_function() -> Any:
-    """The autograd Function of :func:`attention_varlen` on torch tensors in eager mode (made on first
-    use: torch is optional). Its forward is varlen_call with the LSE, saving q, k, v, the output, the
-    LSE and the offsets; its backward is varlen_backward_call (fw_attention_varlen_backward)."""
-    global _varlen_autograd
-    if _varlen_autograd is not None:
-        return _varlen_autograd
-    import torch
-
-    class VarlenFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(fctx: Any, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, backend, context):
-            o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, True, backend, context)
-            fctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
-            fctx.args = (max_q, max_k, params, backend, context)
-            fctx.mark_non_differentiable(lse)
-            fctx.set_materialize_grads(False)  # no zero tensor for the LSE's (unused) gradient
-            return o, lse
-
-        @staticmethod
-        @torch.autograd.function.once_differentiable
-        def backward(fctx: Any, dout, dlse):
-            if dout is None:  # only the LSE was used: no gradient flows to q, k, v
-                return (None,) * 10
-            q, k, v, o, lse, cu_q, cu_k = fctx.saved_tensors
-            dq, dk, dv = varlen_backward_call(q, k, v, o, lse, dout, cu_q, cu_k, *fctx.args)
-            return (dq, dk, dv) + (None,) * 7
-
-    _varlen_autograd = VarlenFunction
-    return _varlen_autograd
 
 
 def attention_with_kvcache(

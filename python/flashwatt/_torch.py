@@ -1,12 +1,12 @@
 """The PyTorch adapter: descriptors of torch tensors (CPU and CUDA, their own strides, torch's
 current CUDA stream), the calls themselves, and the two ways a call reaches them:
 
-- eagerly, straight from :func:`attention` (an ``autograd.Function`` where a gradient is needed):
-  the fewest Python steps between the caller and the C call, because each one is host time that
-  SDPA does not spend;
+- eagerly, straight from :func:`attention` and :func:`attention_varlen` (an ``autograd.Function``
+  where a gradient is needed): the fewest Python steps between the caller and the C call, because
+  each one is host time that SDPA does not spend;
 - under ``torch.compile`` (and for tensors that hold no data: fake, meta, subclasses), through the
   custom operators of ``_torch_ops.py`` (``torch.ops.flashwatt.*``, with fake implementations and a
-  registered autograd), which run the same calls below.
+  registered autograd), which run the same calls (below, and _serving.py's ragged and KV-cache ones).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 from . import _lib
 from ._attention import LAYOUTS, call_with_backend, normalize_params, pack_params, raise_for
 from ._context import Context, default_context
+from ._serving import varlen_backward_call, varlen_call
 
 _DTYPES = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
 _Tensor = torch.Tensor
@@ -173,6 +174,34 @@ class AttentionFunction(torch.autograd.Function):
             return None, None, None, None, None, None, None
         dq, dk, dv = backward(q, k, v, o, lse, dout, fctx.params, fctx.context, fctx.backend, fctx.descs)
         return dq, dk, dv, None, None, None, None
+
+
+class VarlenFunction(torch.autograd.Function):
+    """Eager autograd for flashwatt.attention_varlen on packed (total, heads, head_dim) tensors.
+
+    Forward is the ragged call with the LSE, saving q, k, v, the output, the LSE and the offsets;
+    backward calls ``fw_attention_varlen_backward``. The LSE output is not differentiable. Under
+    torch.compile the op ``flashwatt::attention_varlen`` with its registered autograd does the same.
+    """
+
+    @staticmethod
+    def forward(fctx: Any, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q: int, max_k: int, params: bytes, backend: str,
+                context: Optional[Context]):
+        o, lse = varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, params, True, backend, context)
+        fctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+        fctx.args = (max_q, max_k, params, backend, context)
+        fctx.mark_non_differentiable(lse)
+        fctx.set_materialize_grads(False)  # no zero tensor for the LSE's (unused) gradient
+        return o, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(fctx: Any, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]):
+        if dout is None:  # only the LSE was used: no gradient flows to q, k, v
+            return (None,) * 10
+        q, k, v, o, lse, cu_q, cu_k = fctx.saved_tensors
+        dq, dk, dv = varlen_backward_call(q, k, v, o, lse, dout, cu_q, cu_k, *fctx.args)
+        return (dq, dk, dv) + (None,) * 7
 
 
 # ---- the front ends ----------------------------------------------------------------------------

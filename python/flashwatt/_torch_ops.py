@@ -2,14 +2,13 @@
 
 Each op has a fake implementation (the outputs' shapes, dtypes and strides, exactly as the real call
 allocates them), so that ``torch.compile(model, fullgraph=True)`` traces a model that calls
-:func:`flashwatt.attention` without a graph break; ``attention_forward`` has a registered autograd
-whose backward is the op ``attention_backward``. The ragged op has no registered backward yet (eager
-ragged calls have one, _serving.py's autograd Function over fw_attention_varlen_backward): its
-registered autograd raises where a gradient would be needed. The KV-cache call has no backward (its op
-writes into its caches, and torch takes no autograd formula for such an op). The ops take plain values only: the
-masking arguments normalised, a backend name, and a context by number (``Context.op_id``; 0 is the
-calling thread's default context). Their implementations are the eager calls of ``_torch.py`` and
-``_serving.py``.
+:func:`flashwatt.attention` without a graph break; ``attention_forward`` and ``attention_varlen`` have a
+registered autograd whose backward is the op ``attention_backward`` / ``attention_varlen_backward``
+(the forward's LSE is what the backward needs: the front ends ask for it where a gradient is wanted).
+The KV-cache call has no backward (its op writes into its caches, and torch takes no autograd formula
+for such an op). The ops take plain values only: the masking arguments normalised, a backend name, and
+a context by number (``Context.op_id``; 0 is the calling thread's default context). Their
+implementations are the eager calls of ``_torch.py`` and ``_serving.py``.
 
     torch.ops.flashwatt.attention_forward(q, k, v, scale, causal, window_left, window_right, want_lse,
                                           layout, backend, context) -> (out, lse)
@@ -18,6 +17,9 @@ calling thread's default context). Their implementations are the eager calls of 
     torch.ops.flashwatt.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                          scale, causal, window_left, window_right, want_lse, backend,
                                          context) -> (out, lse)
+    torch.ops.flashwatt.attention_varlen_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                  max_seqlen_k, scale, causal, window_left, window_right, backend,
+                                                  context) -> (dq, dk, dv)
     torch.ops.flashwatt.attention_with_kvcache(q, k_cache!, v_cache!, cache_seqlens, block_table, k, v,
                                                cu_seqlens_q, max_seqlen_q, scale, causal, window_left,
                                                window_right, want_lse, backend, context) -> (out, lse)
@@ -32,7 +34,6 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _lib
 from ._attention import pack_params
 from ._context import context_of_op_id
 from ._torch import _describable, _empty_like_user, backward, forward
@@ -125,6 +126,48 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, ca
     return torch.empty_like(q), lse
 
 
+@torch.library.custom_op("flashwatt::attention_varlen_backward", mutates_args=())
+def attention_varlen_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                              cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                              scale: Optional[float], causal: bool, window_left: int, window_right: int, backend: str,
+                              context: int) -> Tuple[Tensor, Tensor, Tensor]:
+    from ._serving import varlen_backward_call
+
+    if lse.numel() == 0 and q.numel() != 0:
+        raise ValueError("flashwatt.attention_varlen_backward needs the forward's lse: call attention_varlen with "
+                         "want_lse=True (flashwatt.attention_varlen does where a gradient is needed)")
+    return varlen_backward_call(q, k, v, out, lse, dout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                pack_params(scale, causal, window_left, window_right), backend,
+                                context_of_op_id(context))
+
+
+@attention_varlen_backward.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window_left,
+      window_right, backend, context):
+    return torch.empty_like(_as_called(q)), torch.empty_like(_as_called(k)), torch.empty_like(_as_called(v))
+
+
+def _varlen_setup(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, window_left, window_right,
+     want_lse, backend, context) = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.args = (max_seqlen_q, max_seqlen_k, scale, causal, window_left, window_right, backend, context)
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dk, dv = torch.ops.flashwatt.attention_varlen_backward(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                                                               *ctx.args)
+    return (dq, dk, dv) + (None,) * 11
+
+
+attention_varlen.register_autograd(_varlen_backward, setup_context=_varlen_setup)
+
+
+# attention_with_kvcache writes into its caches; torch registers no autograd for such ops, and
+# flashwatt.attention_with_kvcache refuses inputs that require grad before it reaches the op.
 @torch.library.custom_op("flashwatt::attention_with_kvcache", mutates_args=("k_cache", "v_cache"))
 def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, cache_seqlens: Tensor,
                            block_table: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor],
@@ -150,23 +193,3 @@ def _(q, k_cache, v_cache, cache_seqlens, block_table, k, v, cu_seqlens_q, max_s
     else:
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     return torch.empty_like(q), lse
-
-
-def _no_backward(name: str):
-    """A registered autograd whose backward refuses: a caller of the op whose inputs require grad gets
-    this error at backward time rather than gradients that silently stop here."""
-
-    def setup(ctx, inputs, output):
-        pass
-
-    def refuse(ctx, *grads):
-        raise _lib.FlashwattNotImplementedError(_lib.Status.ERR_NOT_IMPLEMENTED, f"{name} has no backward pass; "
-                                                "call it under torch.no_grad() or torch.inference_mode()")
-
-    return refuse, setup
-
-
-# (attention_with_kvcache writes into its caches; torch registers no autograd for such ops, and
-# flashwatt.attention_with_kvcache refuses inputs that require grad before it reaches the op.)
-_refuse, _setup = _no_backward("flashwatt.attention_varlen")
-attention_varlen.register_autograd(_refuse, setup_context=_setup)

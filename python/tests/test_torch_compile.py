@@ -2,7 +2,8 @@
 
 A transformer block that calls flashwatt.attention compiles with fullgraph=True (no graph break) and
 gives eager SDPA's output and gradients; every custom op (torch.ops.flashwatt.*) passes opcheck;
-autocast and no_grad behave as they do with SDPA; the ragged and KV-cache calls compile too. On a GPU
+autocast and no_grad behave as they do with SDPA; the ragged and KV-cache calls compile too, the
+ragged one with its backward (a ragged block's output and gradients against SDPA per sequence). On a GPU
 the same on CUDA, and each op captured into a torch.cuda.graph and replayed on changed inputs.
 Skipped where torch is absent (CI); the CUDA cases where there is no GPU.
 """
@@ -95,6 +96,105 @@ def test_compiled_block_matches_eager_sdpa(device):
     torch.testing.assert_close(compiled(x2), ref(x2), rtol=1e-5, atol=2e-5)
 
 
+class RaggedBlock(nn.Module):
+    """The Block above over a ragged batch packed without padding: (total, dim) tokens, q, k, v row-strided
+    (total, heads, head_dim) views of one projection, causal GQA attention per sequence."""
+
+    def __init__(self, dim=64, heads=4, kv_heads=2, use_flashwatt=True):
+        super().__init__()
+        self.h, self.hkv, self.dh = heads, kv_heads, dim // heads
+        self.ln = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, (heads + 2 * kv_heads) * self.dh)
+        self.proj = nn.Linear(dim, dim)
+        self.use_flashwatt = use_flashwatt
+
+    def forward(self, x, cu_seqlens, max_seqlen: int):
+        T = x.shape[0]
+        q, k, v = self.qkv(self.ln(x)).split([self.h * self.dh, self.hkv * self.dh, self.hkv * self.dh], -1)
+        q, k, v = q.view(T, self.h, self.dh), k.view(T, self.hkv, self.dh), v.view(T, self.hkv, self.dh)
+        if self.use_flashwatt:
+            o = fw.attention_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)
+        else:  # SDPA on each sequence alone
+            g, rows = self.h // self.hkv, []
+            for a, b in zip(cu_seqlens.tolist(), cu_seqlens[1:].tolist()):
+                qs, ks, vs = (t[a:b].transpose(0, 1) for t in (q, k, v))
+                rows.append(F.scaled_dot_product_attention(qs, ks.repeat_interleave(g, 0), vs.repeat_interleave(g, 0),
+                                                           is_causal=True).transpose(0, 1))
+            o = torch.cat(rows)
+        return x + self.proj(o.reshape(T, -1))
+
+
+def _cuda_ragged_backward_reason():
+    """Why the CUDA case of the compiled ragged block cannot run here (None where it can)."""
+    if CUDA_SKIP is not None:
+        return CUDA_SKIP
+    q = torch.randn(3, 2, 16, device="cuda", requires_grad=True)
+    cu = torch.tensor([0, 3], dtype=torch.int32, device="cuda")
+    try:
+        fw.attention_varlen(q, q, q, cu, cu, 3, 3).sum().backward()
+    except NotImplementedError as e:
+        return f"the library has no CUDA ragged backward: {e}"
+    return None
+
+
+def _ragged_devices():
+    reason = _cuda_ragged_backward_reason()
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(reason is not None, reason=str(reason)))]
+
+
+def _fw_and_bw_graphs(fn, *args):
+    """The forward and backward FX graphs AOTAutograd makes of fn under torch.compile(fullgraph=True)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import make_boxed_func
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))(*args)
+    out.sum().backward()
+    return graphs
+
+
+@pytest.mark.parametrize("device", _ragged_devices())
+def test_compiled_ragged_block_matches_eager_sdpa(device):
+    """A block calling attention_varlen on inputs that require grad compiles with fullgraph=True, the
+    backward op in the backward graph; output and gradients (input and every parameter) match eager SDPA
+    run on each sequence, also at another batch geometry."""
+    torch.manual_seed(0)
+    mine = RaggedBlock().to(device)
+    ref = RaggedBlock(use_flashwatt=False).to(device)
+    ref.load_state_dict(mine.state_dict())
+    lens = [7, 0, 1, 23, 13]  # an empty sequence and a single token among longer ones
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    x = torch.randn(sum(lens), 64, device=device, requires_grad=True)
+    fwd, bwd = _fw_and_bw_graphs(lambda x: mine(x, cu, max(lens)), x)
+    assert "flashwatt.attention_varlen.default" in fwd, fwd
+    assert "flashwatt.attention_varlen_backward.default" in bwd, bwd
+    mine.zero_grad()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mine, fullgraph=True)  # inductor
+    for lens in ([7, 0, 1, 23, 13], [30, 2, 0, 9]):
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+        x = torch.randn(sum(lens), 64, device=device)
+        xm, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ym, yr = compiled(xm, cu, max(lens)), ref(xr, cu, max(lens))
+        g = torch.randn_like(ym)
+        (ym * g).sum().backward()
+        (yr * g).sum().backward()
+        torch.testing.assert_close(ym, yr, rtol=1e-5, atol=2e-5)
+        torch.testing.assert_close(xm.grad, xr.grad, rtol=1e-4, atol=2e-5)
+        for (name, a), b in zip(mine.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=5e-5, msg=lambda m: f"{name}: {m}")
+            assert a.grad.abs().sum() > 0, f"{name}: no gradient reached it"
+        mine.zero_grad()
+        ref.zero_grad()
+
+
 def _forward_samples(device):
     gen = torch.Generator().manual_seed(3)
 
@@ -158,6 +258,50 @@ def test_opcheck_serving(device):
         torch.library.opcheck(ops.attention_varlen.default, args)
     for args in kvcache:
         torch.library.opcheck(ops.attention_with_kvcache.default, args)
+
+
+def _varlen_backward_samples(device):
+    """Ragged forward argument lists (with the LSE: the forward a gradient needs): GQA with empty
+    sequences on either side, a window without causal, and row-strided views with head_dim stride 2
+    (copied inside the ops, so the gradients' strides are the copies')."""
+    gen = torch.Generator().manual_seed(7)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen).to(device)
+
+    def i32(*x):
+        return torch.tensor(x, dtype=torch.int32, device=device)
+
+    varlen, _ = _serving_samples(device)
+    qkv = r(12, 3, 2, 32)[..., ::2]  # (total, 3, heads, 16): each of q, k, v strided in rows and head_dim
+    cu = i32(0, 4, 12)
+    return [
+        varlen[0],
+        (r(9, 4, 8), r(14, 4, 8), r(14, 4, 8), i32(0, 6, 9), i32(0, 10, 14), 6, 10, 0.4, False, 3, 1, True,
+         "auto", 0),
+        (qkv[:, 0], qkv[:, 1], qkv[:, 2], cu, cu, 8, 8, None, True, -1, -1, True, "auto", 0),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_varlen_autograd_and_backward(device):
+    """opcheck on attention_varlen with inputs that require grad (its registered autograd) and on
+    attention_varlen_backward; the backward op equals the explicit flashwatt.attention_varlen_backward."""
+    for args in _varlen_backward_samples(device):
+        grad_args = tuple(a.clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                          for a in args)
+        torch.library.opcheck(ops.attention_varlen.default, grad_args)
+        q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right = args[:11]
+        o, lse = ops.attention_varlen(*args)
+        dout = torch.randn_like(o)
+        bwd = (dout, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, scale, causal, left, right, "auto", 0)
+        torch.library.opcheck(ops.attention_varlen_backward.default, bwd)
+        window = (left if left >= 0 else None, right if right >= 0 else None)
+        want = fw.attention_varlen_backward(q, k, v, o, lse, dout, cu_q, cu_k, max_q, max_k, causal=causal,
+                                            window=window, scale=scale)
+        for got, w, x in zip(ops.attention_varlen_backward(*bwd), want, (q, k, v)):
+            assert got.shape == x.shape and got.abs().sum() > 0
+            torch.testing.assert_close(got, w, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -247,8 +391,9 @@ def test_op_errors_name_the_problem():
         ops.attention_forward(q, q, q, None, False, -1, -1, False, "bhsd", "auto", 10**9)
     qp = torch.randn(4, 2, 8, requires_grad=True)
     cu = torch.tensor([0, 4], dtype=torch.int32)
-    o, _ = ops.attention_varlen(qp, qp, qp, cu, cu, 4, 4, None, True, -1, -1, False, "auto", 0)
-    with pytest.raises(NotImplementedError, match="attention_varlen has no backward"):
+    o, lse = ops.attention_varlen(qp, qp, qp, cu, cu, 4, 4, None, True, -1, -1, False, "auto", 0)
+    assert lse.shape == (0,)
+    with pytest.raises(ValueError, match="attention_varlen_backward needs the forward's lse"):
         o.sum().backward()
 
 

@@ -509,11 +509,12 @@ static int choose_from_table(fw_sched *s, const fw_policy *pol, const fw_problem
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
+/* The backend's first configuration (its heuristic's choice): asked for alone, since listing the whole search
+ * space on every call costs the host microseconds. */
 static void default_config(const fw_backend *b, const fw_problem *p, fw_config *cfg)
 {
-    fw_config all[FW_MAX_CONFIGS];
     memset(cfg, 0, sizeof *cfg);
-    if (b->configs && b->configs(p, all, FW_MAX_CONFIGS) >= 1) *cfg = all[0];
+    if (b->configs && b->configs(p, cfg, 1) < 1) memset(cfg, 0, sizeof *cfg);
     cfg->precision = p->precision;
 }
 

@@ -11,7 +11,8 @@
  *   backward.c  one backward case: every backend with a backward, each way it can run
  *   perf.c      timing of one case (median of CUDA events or the host clock; CUDA graphs)
  *   cuda.c      what needs the CUDA runtime: workspace reuse across calls and graphs, device time
- *               from a CUDA graph, the backward's store strategy under a memory budget */
+ *               from a CUDA graph, the backward's store strategy under a memory budget, staging checks
+ *               on misaligned base pointers */
 #ifndef ATT_H
 #define ATT_H
 
@@ -45,6 +46,8 @@ enum {
     ATT_REFUSED = 1u << 1,      /* the named backend must refuse it: FW_ERR_UNSUPPORTED and a reason */
     ATT_NAN_ROWS = 1u << 2,     /* with plants: exactly the rows that see a planted key go non-finite */
     ATT_TIME_BACKWARD = 1u << 3, /* perf: time the forward, then each way the backward runs */
+    ATT_MUST_SUPPORT = 1u << 4,  /* the backends it runs on (t.backend) must take it: a refusal fails, so that a
+                                    fallback to another backend cannot hide one */
 };
 
 #define ATT_MAX_PLANTS 3
@@ -166,6 +169,11 @@ void att_cuda_workspace_reuse(const att_opts *o, att_out *out);
 /* Device milliseconds per call: a CUDA graph of many call(r, arg) on rotating copies of the inputs
  * (past the L2), replayed; *stream_slot is the stream the call must use while it is captured. */
 double att_cuda_graph_ms(fw_run *r, fw_timed_call call, void *arg, void **stream_slot, double per_call_ms);
+/* Staging (cuda-flash, src/backends/cuda/common/stage.h) where no grid case reaches it: base pointers one element
+ * off the 16-byte boundary, forward (test mode) and backward (backward mode), against the reference; and the
+ * refusal of a call that would stage under a context workspace (test mode). */
+void att_cuda_stage_forward_checks(const att_opts *o, att_out *out);
+void att_cuda_stage_backward_checks(const att_opts *o, att_out *out);
 /* The store strategy of the CUDA backward under a memory budget (fw_context_set_memory_budget): the
  * rule must pick it exactly where it is documented to, run it in chunks of at most 3 (batch, head)
  * slices, and the device workspace peak must show it ran. */

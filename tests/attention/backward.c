@@ -160,7 +160,8 @@ void att_backward_case(const att_case *t, att_out *out)
             continue;
         }
         if (!b->supports(&r.problem, why, sizeof why)) {
-            att_skip(out, "%s [%s]: %s", b->name, label, why);
+            if (t->flags & ATT_MUST_SUPPORT) att_report(out, 0, "%s [%s] must take this case but says: %s", b->name, label, why);
+            else att_skip(out, "%s [%s]: %s", b->name, label, why);
             continue;
         }
         for (int w = 0; w < nways; w++) {

@@ -173,6 +173,43 @@ static void add_grid(att_plan *p, const att_opts *o)
     att_add(p, att_layout(att_mask(att_make(1, 2, 1, 300, 239, 128, FW_F16), 1, U, U), 0, 16));
 }
 
+/* ---- headdims: cuda-flash at head dims its kernels do not read in place ------------------------------
+ * Head dims off the multiples of 8 and between the compiled ones (1, 3, 17, 59, 72, 111, 200, 255) run staged
+ * (zero-padded to a multiple of 8, the output copied back): each in f16 and bf16, causal and not, MHA/GQA/MQA,
+ * Lq < Lk, Lq > Lk, decode (the serving kernel on the staged problem), BSHD and padded rows; 59 and 255 with every
+ * configuration. Then rows that break the 16-byte rule at head dims the kernels take (odd row strides, 8-byte
+ * rows): those tensors staged alone. cuda-flash by name, and it must take every case. */
+static void add_headdims(att_plan *p, const att_opts *o)
+{
+    static const int64_t dims[] = {1, 3, 17, 59, 72, 111, 200, 255};
+    static const int64_t lens[][2] = {{113, 203}, {203, 113}, {1, 300}, {128, 217}};
+    const int nd = o->quick ? 2 : 8;
+    for (int i = 0; i < nd; i++) {
+        const int64_t D = dims[o->quick ? 3 + 4 * i : i];
+        for (int k = 0; k < 4; k++) { /* (dtype, causal) */
+            const int64_t *l = lens[(k + i) % 4], Hkv = (k + i) % 3 == 0 ? 4 : (k + i) % 3 == 1 ? 2 : 1;
+            att_case *t = att_add(p, att_layout(att_mask(att_make(1 + (k & 1), 4, Hkv, l[0], l[1], D, k < 2 ? FW_F16 : FW_BF16),
+                                                         k & 1, U, U),
+                                                (k + i) & 1, (k + i) % 3 == 2 ? 3 : 0));
+            t->backend = "cuda-flash";
+            t->flags |= ATT_MUST_SUPPORT | (D == 59 || D == 255 ? ATT_EVERY_CONFIG : 0);
+        }
+    }
+    static const struct { int64_t Hkv, Lq, Lk, D; int causal, bshd, pad; fw_dtype dt; } rows[] = {
+        {2, 150, 170, 64, 1, 0, 3, FW_F16},  /* row stride 67: every tensor staged, head dim kept */
+        {4, 130, 90, 128, 0, 1, 1, FW_BF16}, /* BSHD, head stride 129 */
+        {1, 1, 333, 72, 0, 0, 5, FW_F16},    /* decode, padded rows */
+        {2, 77, 77, 256, 1, 0, 4, FW_BF16},  /* 8-byte aligned rows */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !(o->quick && i > 0); i++) {
+        att_case *t = att_add(p, att_layout(att_mask(att_make(2, 4, rows[i].Hkv, rows[i].Lq, rows[i].Lk, rows[i].D, rows[i].dt),
+                                                     rows[i].causal, U, U),
+                                            rows[i].bshd, rows[i].pad));
+        t->backend = "cuda-flash";
+        t->flags |= ATT_MUST_SUPPORT | (i == 0 ? ATT_EVERY_CONFIG : 0);
+    }
+}
+
 /* ---- f32: the f32 suite, every configuration of every backend, each precision ------------------ */
 typedef struct f32_case {
     int B, H, Hkv, Lq, Lk, D, bshd, pad, causal;
@@ -317,14 +354,6 @@ static void add_refusals(att_plan *p, const att_opts *o)
     t.flags |= ATT_REFUSED;
     t.backend = "cuda-flash";
     att_add(p, t);
-    t = att_make(1, 1, 1, 128, 128, 36, FW_F16); /* head_dim not a multiple of 8 */
-    t.flags |= ATT_REFUSED;
-    t.backend = "cuda-flash";
-    att_add(p, t);
-    t = att_layout(att_make(1, 1, 1, 128, 128, 64, FW_BF16), 0, 3); /* rows not 16-byte aligned */
-    t.flags |= ATT_REFUSED;
-    t.backend = "cuda-flash";
-    att_add(p, t);
 }
 
 /* ---- perf ------------------------------------------------------------------------------------- */
@@ -386,7 +415,10 @@ static void add_perf_cpu(att_plan *p, const att_opts *o)
 void att_add_backward_grid(att_plan *p, const att_opts *o);
 void att_add_backward_variants(att_plan *p, const att_opts *o);
 void att_finite_differences(const att_opts *o, att_out *out);
+void att_add_backward_headdims(att_plan *p, const att_opts *o);
 static void run_reuse(const att_opts *o, att_out *out) { att_cuda_workspace_reuse(o, out); }
+static void run_stage(const att_opts *o, att_out *out) { att_cuda_stage_forward_checks(o, out); }
+static void run_stage_bwd(const att_opts *o, att_out *out) { att_cuda_stage_backward_checks(o, out); }
 
 #define TEST (1u << ATT_TEST)
 #define PERF (1u << ATT_PERF)
@@ -398,6 +430,8 @@ const att_section att_sections[] = {
     {"edges", TEST, CPU | CUDA, 1, "awkward shapes: L = 1, tile ± 1, odd dims, GQA/MQA, windows, strides", add_edges, NULL},
     {"tiling", TEST, CPU | CUDA, 1, "tile edges, dims 1..256, split-KV (1/2/7 threads); --long: L = 16384", add_tiling, NULL},
     {"grid", TEST, CUDA, 1, "FlashAttention's (Lq, Lk) pairs x dims x causal, rotating dtype/layout/GQA", add_grid, NULL},
+    {"headdims", TEST, CUDA, 1, "cuda-flash staged: head dims 1..255 off its kernels', unaligned rows and pointers",
+     add_headdims, run_stage},
     {"f32", TEST, CUDA, 1, "the f32 suite: every configuration, exact/tf32/3xtf32", add_f32, NULL},
     {"forced", TEST, CUDA, 1, "the f32 suite with split/persistence/staging/delay forced", add_forced, NULL},
     {"nowgmma", TEST, CUDA, 0, "the grid with FW_CUDA_FLASH_WG=0 (no sm_90a kernels)", add_no_wgmma, NULL},
@@ -408,6 +442,8 @@ const att_section att_sections[] = {
     {"reuse", TEST, CUDA, 1, "split-KV workspace reuse across calls, streams and CUDA graphs", NULL, run_reuse},
     {"fd", BWD, CPU, 1, "cpu-ref's gradients against central finite differences", NULL, att_finite_differences},
     {"grid", BWD, CPU | CUDA, 1, "gradients of every backend, every way it runs, vs cpu-ref", att_add_backward_grid, NULL},
+    {"headdims", BWD, CUDA, 1, "cuda-flash staged: head dims 1..255 off its kernels', unaligned rows and pointers",
+     att_add_backward_headdims, run_stage_bwd},
     {"variants", BWD, CUDA, 0, "the 16-bit cases with each tensor-core backward variant forced", att_add_backward_variants,
      NULL},
     {"fa", PERF, CUDA, 1, "FlashAttention's grid (16k tokens, hidden 2048, bf16), every configuration", add_perf_fa, NULL},

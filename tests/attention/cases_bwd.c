@@ -82,6 +82,38 @@ void att_add_backward_grid(att_plan *p, const att_opts *o)
     }
 }
 
+/* cuda-flash's backward at head dims off the multiples of 8 and between the compiled ones: the tensor-core kernels
+ * on the staged problem up to 128 (FW_CUDA_BWD_TC=0, the "cores" way, reads it in place), the CUDA-core kernels in
+ * place above; f16 and bf16, causal and not, MHA/GQA/MQA, Lq != Lk both ways, BSHD and padded rows; then odd row
+ * strides and 8-byte rows at head dims the tensor cores take (those tensors staged alone). cuda-flash by name, and
+ * it must take every case. */
+void att_add_backward_headdims(att_plan *p, const att_opts *o)
+{
+    static const int64_t dims[] = {1, 3, 17, 59, 72, 111, 200, 255};
+    static const int64_t lens[][2] = {{113, 203}, {203, 113}, {64, 64}, {1, 77}};
+    const int nd = o->quick ? 2 : 8;
+    for (int i = 0; i < nd; i++)
+        for (int k = 0; k < 4; k++) { /* (dtype, causal) */
+            const int64_t D = dims[o->quick ? 3 + 4 * i : i], *l = lens[(k + i) % 4];
+            const int g = (k + i) % 3;
+            const bwd_shape s = {1 + (k & 1), 4, g == 0 ? 4 : g == 1 ? 2 : 1, l[0], l[1], D, k & 1, U, U, (k + i) & 1,
+                                 g == 2 ? 3 : 0};
+            att_case *t = att_add(p, make(&s, k < 2 ? FW_F16 : FW_BF16));
+            t->backend = "cuda-flash";
+            t->flags |= ATT_MUST_SUPPORT;
+        }
+    static const bwd_shape rows[] = {
+        {2, 4, 2, 150, 170, 64, 1, U, U, 0, 3}, /* row stride 67 */
+        {1, 4, 4, 130, 90, 128, 0, U, U, 1, 1}, /* BSHD, head stride 129 */
+        {1, 4, 1, 96, 200, 40, 1, U, U, 0, 4},  /* 8-byte rows, MQA */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && !(o->quick && i > 0); i++) {
+        att_case *t = att_add(p, make(&rows[i], i & 1 ? FW_BF16 : FW_F16));
+        t->backend = "cuda-flash";
+        t->flags |= ATT_MUST_SUPPORT;
+    }
+}
+
 /* Every tensor-core backward record of the shape's head dim (kernels.tsv), forced by name as the default of
  * both dQ modes, on the 16-bit shapes the tensor cores take. */
 void att_add_backward_variants(att_plan *p, const att_opts *o)

@@ -1,6 +1,6 @@
 /* The checks and timings that need the CUDA runtime itself: split-KV workspace reuse across calls,
  * streams and graphs; device time per call from a CUDA graph; the backward's store strategy under a
- * memory budget. Without CUDA they have nothing to do. */
+ * memory budget; cuda-flash's staging of misaligned base pointers. Without CUDA they have nothing to do. */
 #include <stdlib.h>
 #include <string.h>
 #include "att.h"
@@ -19,6 +19,8 @@ void att_cuda_store_check(fw_run *r, fw_bwd *g, const fw_backend *b, const char 
 {
     (void)r; (void)g; (void)b; (void)label; (void)out;
 }
+void att_cuda_stage_forward_checks(const att_opts *o, att_out *out) { (void)o; (void)out; }
+void att_cuda_stage_backward_checks(const att_opts *o, att_out *out) { (void)o; (void)out; }
 #else
 
 #define CU_OK(call) ((call) == cudaSuccess)
@@ -305,5 +307,179 @@ void att_cuda_store_check(fw_run *r, fw_bwd *g, const fw_backend *b, const char 
                "%s store [%s] budget %zu (%s) dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e workspace peak %zu (need %zu)",
                b->name, label, p.memory_budget, expect ? "stores" : "recomputes", e.g[0].max_abs, e.g[0].tol,
                e.g[1].max_abs, e.g[1].tol, e.g[2].max_abs, e.g[2].tol, peak, need);
+}
+
+/* ---- staging: base pointers off the 16-byte boundary ------------------------------------------- */
+/* *moved = tensor t (n elements from its data) copied one element further on into a buffer of its own (*buf): every
+ * row then starts off the 16-byte boundary, whatever the strides. */
+static int shift_copy(const fw_tensor *t, size_t n, fw_tensor *moved, void **buf)
+{
+    const size_t es = fw_dtype_size(t->dtype);
+    *moved = *t;
+    *buf = NULL;
+    if (!CU_OK(cudaMalloc(buf, (n + 1) * es))) return 0;
+    moved->data = (char *)*buf + es;
+    return CU_OK(cudaMemcpy(moved->data, t->data, n * es, cudaMemcpyDeviceToDevice));
+}
+
+/* The shifted copy's contents back into t (the harness compares t's buffer, padding included). */
+static int shift_back(const fw_tensor *moved, size_t n, fw_tensor *t)
+{
+    return CU_OK(cudaMemcpy(t->data, moved->data, n * fw_dtype_size(t->dtype), cudaMemcpyDeviceToDevice));
+}
+
+typedef struct stage_case {
+    int64_t H, Hkv, Lq, Lk, D;
+    int causal, pad;
+    fw_dtype dt;
+} stage_case;
+
+static const stage_case stage_cases[] = {
+    {4, 2, 130, 190, 64, 1, 0, FW_F16},  /* only the pointers break the rule */
+    {4, 1, 97, 211, 59, 0, 3, FW_BF16},  /* and the head dim and the strides */
+    {8, 2, 1, 400, 64, 0, 0, FW_BF16},   /* decode: the serving kernel on the staged problem */
+};
+
+static fw_status stage_case_alloc(const att_opts *o, const stage_case *sc, uint64_t seed, fw_run *r, char *label,
+                                  size_t len, char *msg, size_t msg_len)
+{
+    fw_case c = fw_case_shape(1, sc->H, sc->Hkv, sc->Lq, sc->Lk, sc->D, sc->dt, seed);
+    c.device = o->device;
+    c.params.causal = sc->causal;
+    c.pad = sc->pad;
+    char cl[256];
+    snprintf(label, len, "headdims: base pointers + 1 element %s", fw_case_label(&c, cl, sizeof cl));
+    return fw_run_alloc(r, &c, msg, msg_len);
+}
+
+/* The forward of each stage case on cuda-flash by name with every tensor moved one element; then a context with
+ * a workspace (no allocation) refuses a call that would stage, with the reason, and still runs one that would
+ * not. */
+void att_cuda_stage_forward_checks(const att_opts *o, att_out *out)
+{
+    const int n = o->quick ? 1 : (int)(sizeof stage_cases / sizeof stage_cases[0]);
+    for (int i = 0; i < n; i++) {
+        char label[512], msg[512];
+        fw_run r;
+        if (stage_case_alloc(o, &stage_cases[i], o->seed + 300 + (uint64_t)i, &r, label, sizeof label, msg,
+                             sizeof msg) != FW_OK) {
+            att_report(out, 0, "[%s] setup: %s", label, msg);
+            continue;
+        }
+        fw_context *ctx = NULL;
+        fw_tensor t[4];
+        void *buf[4] = {NULL, NULL, NULL, NULL};
+        const fw_tensor *src[4] = {&r.q, &r.k, &r.v, &r.o};
+        const size_t elems[4] = {r.q_elems, r.kv_elems, r.kv_elems, r.o_elems};
+        fw_status st = fw_run_poison(&r);
+        for (int j = 0; j < 4 && st == FW_OK; j++)
+            if (!shift_copy(src[j], elems[j], &t[j], &buf[j])) st = FW_ERR_DEVICE;
+        if (st == FW_OK) st = fw_context_create(&ctx);
+        if (st == FW_OK) st = fw_context_set_backend(ctx, "cuda-flash");
+        if (st == FW_OK) st = fw_attention_forward(ctx, &t[0], &t[1], &t[2], &t[3], r.lse, &r.c.params);
+        snprintf(msg, sizeof msg, "%s", ctx ? fw_context_last_error(ctx) : "");
+        if (st == FW_OK && (!CU_OK(cudaDeviceSynchronize()) || !shift_back(&t[3], r.o_elems, &r.o))) st = FW_ERR_DEVICE;
+        fw_errors e;
+        if (st == FW_OK) st = fw_run_compare(&r, &e);
+        if (st != FW_OK) att_report(out, 0, "cuda-flash [%s]: %s: %s", label, fw_status_string(st), msg);
+        else
+            att_report(out, e.pass, "cuda-flash [%s] max_abs %.3g tol %.3g lse %.3g unwritten %ld stray %ld", label,
+                       e.max_abs, e.tol, e.lse_max_abs, e.unwritten, e.stray);
+        for (int j = 0; j < 4; j++) cudaFree(buf[j]);
+        fw_context_destroy(ctx);
+        fw_run_free(&r);
+    }
+    /* a context workspace: head_dim 59 refused with the reason, 64 runs */
+    void *ws = NULL;
+    fw_context *ctx = NULL;
+    if (!CU_OK(cudaMalloc(&ws, 1 << 20)) || fw_context_create(&ctx) != FW_OK ||
+        fw_context_set_backend(ctx, "cuda-flash") != FW_OK || fw_context_set_workspace(ctx, ws, 1 << 20) != FW_OK) {
+        att_report(out, 0, "headdims: workspace refusal setup failed");
+    } else {
+        for (int d = 0; d < 2; d++) {
+            fw_case c = fw_case_shape(1, 2, 2, 100, 120, d ? 64 : 59, FW_F16, o->seed + 310 + (uint64_t)d);
+            c.device = o->device;
+            char label[256], msg[512];
+            fw_case_label(&c, label, sizeof label);
+            fw_run r;
+            if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK) {
+                att_report(out, 0, "headdims: workspace [%s] setup: %s", label, msg);
+                continue;
+            }
+            fw_status st = fw_run_poison(&r);
+            if (st == FW_OK) st = fw_run_forward(&r, ctx);
+            const char *why = fw_context_last_error(ctx);
+            if (!d) {
+                att_report(out, st == FW_ERR_UNSUPPORTED && strstr(why, "head_dim 59") && strstr(why, "workspace"),
+                           "headdims: cuda-flash with a context workspace refuses staging [%s]: %s: %s", label,
+                           fw_status_string(st), why);
+            } else {
+                fw_errors e;
+                if (st == FW_OK) st = fw_run_compare(&r, &e);
+                att_report(out, st == FW_OK && e.pass,
+                           "headdims: cuda-flash with a context workspace runs what needs no staging [%s]: %s %s",
+                           label, fw_status_string(st), why);
+            }
+            fw_run_free(&r);
+        }
+    }
+    fw_context_destroy(ctx);
+    cudaFree(ws);
+}
+
+/* The backward of the first two stage cases on cuda-flash by name, every tensor (q, k, v, o, dout, dq, dk, dv)
+ * moved one element, in both dQ modes. */
+void att_cuda_stage_backward_checks(const att_opts *o, att_out *out)
+{
+    const int n = o->quick ? 1 : 2;
+    for (int i = 0; i < n; i++) {
+        char label[512], msg[512];
+        fw_run r;
+        fw_bwd g;
+        if (stage_case_alloc(o, &stage_cases[i], o->seed + 320 + (uint64_t)i, &r, label, sizeof label, msg,
+                             sizeof msg) != FW_OK) {
+            att_report(out, 0, "[%s] setup: %s", label, msg);
+            continue;
+        }
+        if (fw_bwd_alloc(&r, &g, r.c.seed, msg, sizeof msg) != FW_OK) {
+            att_report(out, 0, "[%s] gradient setup: %s", label, msg);
+            fw_run_free(&r);
+            continue;
+        }
+        fw_context *ctx = NULL;
+        fw_status st = fw_context_create(&ctx);
+        if (st == FW_OK) st = fw_context_set_backend(ctx, "cuda-flash");
+        for (int det = 0; det < 2 && st == FW_OK; det++) {
+            fw_tensor t[8];
+            void *buf[8] = {NULL};
+            fw_tensor *src[8] = {&r.q, &r.k, &r.v, &r.o, &g.dout, &g.dq, &g.dk, &g.dv};
+            const size_t elems[8] = {r.q_elems, r.kv_elems, r.kv_elems, r.o_elems, r.o_elems, r.q_elems, r.kv_elems,
+                                     r.kv_elems};
+            fw_status rs = fw_context_set_deterministic(ctx, det);
+            if (rs == FW_OK) rs = fw_bwd_poison(&r, &g);
+            for (int j = 0; j < 8 && rs == FW_OK; j++)
+                if (!shift_copy(src[j], elems[j], &t[j], &buf[j])) rs = FW_ERR_DEVICE;
+            if (rs == FW_OK)
+                rs = fw_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], r.lse, &t[4], &t[5], &t[6], &t[7], &r.c.params);
+            snprintf(msg, sizeof msg, "%s", fw_context_last_error(ctx));
+            if (rs == FW_OK && !CU_OK(cudaDeviceSynchronize())) rs = FW_ERR_DEVICE;
+            for (int j = 5; j < 8 && rs == FW_OK; j++)
+                if (!shift_back(&t[j], elems[j], src[j])) rs = FW_ERR_DEVICE;
+            fw_bwd_errors e;
+            if (rs == FW_OK) rs = fw_bwd_compare(&r, &g, &e);
+            if (rs != FW_OK) att_report(out, 0, "cuda-flash %s [%s]: %s: %s", det ? "determ" : "api", label,
+                                        fw_status_string(rs), msg);
+            else
+                att_report(out, e.pass, "cuda-flash %s [%s] dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e (err/tol) unwritten %ld "
+                           "stray %ld", det ? "determ" : "api", label, e.g[0].max_abs, e.g[0].tol, e.g[1].max_abs,
+                           e.g[1].tol, e.g[2].max_abs, e.g[2].tol, e.g[0].unwritten + e.g[1].unwritten + e.g[2].unwritten,
+                           e.g[0].stray + e.g[1].stray + e.g[2].stray);
+            for (int j = 0; j < 8; j++) cudaFree(buf[j]);
+        }
+        if (st != FW_OK) att_report(out, 0, "[%s] context: %s", label, fw_status_string(st));
+        fw_context_destroy(ctx);
+        fw_bwd_free(&r, &g);
+        fw_run_free(&r);
+    }
 }
 #endif

@@ -8,10 +8,11 @@
 
 #define MAX_BACKENDS 16
 
-/* The CPU baselines take every problem the API accepts: a refusal there is a bug, not a skip. */
-static int must_support(const fw_backend *b)
+/* The CPU baselines take every problem the API accepts, and a case may say its backend must take it: a refusal
+ * there is a bug, not a skip. */
+static int must_support(const att_case *t, const fw_backend *b)
 {
-    return !strcmp(b->name, "cpu-ref") || !strcmp(b->name, "cpu-naive");
+    return (t->flags & ATT_MUST_SUPPORT) || !strcmp(b->name, "cpu-ref") || !strcmp(b->name, "cpu-naive");
 }
 
 /* Does row i (of a Lq x Lk problem) see key j? The mask formula of flashwatt.h, written out here
@@ -132,7 +133,7 @@ static void run_backend(run_ctx *x, const fw_backend *b)
         p.precision = (fw_precision)prec;
         char why[512] = "";
         if (!b->supports(&p, why, sizeof why)) {
-            if (prec == FW_PRECISION_EXACT && must_support(b))
+            if (prec == FW_PRECISION_EXACT && must_support(t, b))
                 att_report(x->out, 0, "%s [%s] must support every case but says: %s", b->name, x->label, why);
             else if (!why[0])
                 att_report(x->out, 0, "%s %s [%s] declined without a reason", b->name, att_precision_name(p.precision),

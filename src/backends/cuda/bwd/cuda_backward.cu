@@ -14,6 +14,7 @@
 #include "backends/cuda/bwd/heuristics.h"
 #include "backends/cuda/bwd/materialize.h"
 #include "backends/cuda/bwd/preprocess.cuh"
+#include "backends/cuda/common/stage.h"
 #include "backends/cuda/common/workspace.h"
 
 extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
@@ -90,7 +91,8 @@ static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd
     return FW_OK;
 }
 
-extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+/* The backward of a problem the chosen kernels read in place. */
+static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
     char why[256];
     if (!fw_cuda_backward_supports(p, why, sizeof why)) {
@@ -162,4 +164,12 @@ extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg,
         st = FW_ERR_DEVICE;
     }
     return st;
+}
+
+/* f16/bf16 problems the tensor-core kernels can read only once staged (head_dim not a multiple of 8, rows not
+ * 16-byte aligned) run staged (common/stage.h); the rest in place. */
+extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    if (fw_stage_backward_wanted(p, fw_exec_knobs(ex))) return fw_stage_run(p, cfg, ex, cuda_backward_in_place);
+    return cuda_backward_in_place(p, cfg, ex);
 }

@@ -1,44 +1,37 @@
 /* cuda-flash: the f16/bf16 FlashAttention forward on tensor cores (mma.sync on sm_80+, wgmma on sm_90a), the
  * backend table's entry: what it supports, its search space and the launch. The kernels are kernel_*.cuh,
  * their instantiations and records generated/ (scripts/gen_kernels.py), the choice among them
- * heuristics.cu; this file validates, asks the heuristics, and launches the record it is handed. */
+ * heuristics.cu; this file validates, asks the heuristics, and launches the record it is handed. Dense and
+ * ragged problems the kernels cannot read in place (head_dim not a multiple of 8, rows not 16-byte aligned) run
+ * staged (common/stage.h): supports(), configs() and forward() all see the staged problem. */
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/bwd/heuristics.h"
+#include "backends/cuda/common/stage.h"
 #include "backends/cuda/fwd/heuristics.h"
 #include "backends/cuda/serving/serving.h"
 
-/* fw_cuda_unaligned_stride with the reason. */
-static int flash_strides_ok(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, const char *name, char *why,
-                            size_t why_len)
-{
-    const int i = fw_cuda_unaligned_stride(s, nb, nh, ns, 8);
-    if (i >= 0)
-        return fw_why(why, why_len,
-                      "%s stride[%d] is %lld elements; cuda-flash needs rows 16-byte aligned "
-                      "(batch/head/seq strides multiples of 8 elements)",
-                      name, i, (long long)s[i]);
-    return 1;
-}
-
 static int flash_supports(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) { /* the CUDA backward's ragged kernels (bwd/cuda_backward.cu) */
+    if (fw_problem_ragged_backward(p)) { /* the CUDA backward's ragged kernels, in place (bwd/cuda_backward.cu) */
         if (p->dtype != FW_F16 && p->dtype != FW_BF16)
             return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
                           fw_dtype_name(p->dtype));
         return fw_cuda_backward_supports(p, why, why_len);
+    }
+    fw_problem staged;
+    if (fw_stage_needed(p)) { /* judged as it runs: staged, every row 16-byte aligned */
+        if (!fw_stage_allowed(p, why, why_len)) return 0;
+        fw_stage_shape(p, &staged);
+        p = &staged;
     }
     if (p->kind != FW_CALL_DENSE) return fw_srv_tc_supports(p, why, why_len); /* ragged and cached calls */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F16 && p->dtype != FW_BF16)
         return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
                       fw_dtype_name(p->dtype));
-    if (p->head_dim % 8 != 0)
-        return fw_why(why, why_len, "head_dim %lld is not a multiple of 8 (cuda-flash loads 16-byte row chunks)",
-                      (long long)p->head_dim);
-    if (p->head_dim > 256)
-        return fw_why(why, why_len, "head_dim %lld is above cuda-flash's 256", (long long)p->head_dim);
+    if (p->head_dim < 1 || p->head_dim > 256)
+        return fw_why(why, why_len, "head_dim %lld is outside cuda-flash's 1..256", (long long)p->head_dim);
     fw_cuda_device_info di;
     if (!fw_cuda_device_facts(p->device.index, &di))
         return fw_why(why, why_len, "cannot query CUDA device %d", p->device.index);
@@ -50,13 +43,6 @@ static int flash_supports(const fw_problem *p, char *why, size_t why_len)
     if (p->heads > 65535 || p->batch > 65535)
         return fw_why(why, why_len, "batch %lld and heads %lld must each be at most 65535 (grid limits)",
                       (long long)p->batch, (long long)p->heads);
-    if (!fw_cuda_aligned16(p->q) || !fw_cuda_aligned16(p->k) || !fw_cuda_aligned16(p->v) || !fw_cuda_aligned16(p->o))
-        return fw_why(why, why_len, "q, k, v and o must start on 16-byte boundaries for cuda-flash");
-    if (!flash_strides_ok(p->q_stride, p->batch, p->heads, p->seqlen_q, "q", why, why_len) ||
-        !flash_strides_ok(p->k_stride, p->batch, p->kv_heads, p->seqlen_k, "k", why, why_len) ||
-        !flash_strides_ok(p->v_stride, p->batch, p->kv_heads, p->seqlen_k, "v", why, why_len) ||
-        !flash_strides_ok(p->o_stride, p->batch, p->heads, p->seqlen_q, "o", why, why_len))
-        return 0;
     int n = 0;
     const fw_fwd_record *rs = fw_fwd_records_of(fw_fwd_padded_dim(p->head_dim), &n);
     for (int i = 0; i < n; i++)
@@ -67,7 +53,8 @@ static int flash_supports(const fw_problem *p, char *why, size_t why_len)
 
 static int clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? limit : w); }
 
-static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+/* The forward of a problem the kernels read in place. */
+static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
     /* ragged calls on the wgmma kernels where heuristics.cu says so (the device facts are cached) */
     const fw_fwd_record *r = NULL;
@@ -135,11 +122,24 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
     return FW_OK;
 }
 
+/* Staged first where needed: the serving path's claim on dense decode shapes is then made for the staged problem. */
+static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
+{
+    if (fw_stage_needed(p)) return fw_stage_run(p, cfg, ex, flash_forward_in_place);
+    return flash_forward_in_place(p, cfg, ex);
+}
+
 extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex); /* bwd/cuda_backward.cu */
 
-/* The search space of p: a backward problem (dq set) lists the backward's configurations, which backward() runs. */
+/* The search space of p: a backward problem (dq set) lists the backward's configurations, which backward() runs;
+ * either for the staged problem where that is what runs. */
 static int flash_configs(const fw_problem *p, fw_config *out, int max)
 {
+    fw_problem staged;
+    if (p->dq ? fw_stage_backward_wanted(p, fw_problem_knobs(p)) : fw_stage_needed(p)) {
+        fw_stage_shape(p, &staged);
+        p = &staged;
+    }
     return p->dq ? fw_bwd_configs(p, out, max) : fw_fwd_configs(p, out, max);
 }
 

@@ -125,7 +125,7 @@ static int srv_rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, cons
 {
     const int i = fw_cuda_unaligned_stride(s, nb, nh, ns, 8);
     if (i >= 0)
-        return fw_why(why, len, "%s stride[%d] is %lld elements; cuda-flash needs rows 16-byte aligned "
+        return fw_why(why, len, "%s stride[%d] is %lld elements; cuda-flash's KV-cache calls need rows 16-byte aligned "
                       "(strides multiples of 8 elements)", name, i, (long long)s[i]);
     return 1;
 }
@@ -137,8 +137,9 @@ extern "C" int fw_srv_tc_supports(const fw_problem *p, char *why, size_t why_len
         return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
                       fw_dtype_name(p->dtype));
     if (!srv_tc_dpad(p->head_dim))
-        return fw_why(why, why_len, "head_dim %lld: cuda-flash takes multiples of 8 up to 256 (16-byte row chunks)",
-                      (long long)p->head_dim);
+        return fw_why(why, why_len, "head_dim %lld: cuda-flash's KV-cache calls take multiples of 8 up to 256 (the cache "
+                      "is read and appended in place in 16-byte row chunks; dense and ragged calls of other head dims "
+                      "run staged)", (long long)p->head_dim);
     fw_cuda_device_info di;
     if (!fw_cuda_device_facts(p->device.index, &di))
         return fw_why(why, why_len, "cannot query CUDA device %d", p->device.index);
@@ -157,7 +158,8 @@ extern "C" int fw_srv_tc_supports(const fw_problem *p, char *why, size_t why_len
     const void *ptrs[6] = {p->q, p->k, p->v, p->o, p->k_new, p->v_new};
     for (int i = 0; i < 6; i++)
         if (ptrs[i] && !fw_cuda_aligned16(ptrs[i]))
-            return fw_why(why, why_len, "q, k, v, o (and k_new, v_new) must start on 16-byte boundaries for cuda-flash");
+            return fw_why(why, why_len, "q, k, v, o (and k_new, v_new) must start on 16-byte boundaries for "
+                          "cuda-flash's KV-cache calls");
     const int packed = p->cu_seqlens_q != NULL;
     const int64_t qb = packed ? 1 : p->batch, qs = packed ? p->total_q : p->seqlen_q;
     int64_t kb = p->batch, ks = p->seqlen_k;
