@@ -18,14 +18,16 @@ Commands run in the order given (minutes on one H100 in brackets):
   test      ctest -L gpu: every GPU correctness program against the float64 reference [3]
   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid,
             backward, f32 with its forced paths) and gpu_serving --quick; memcheck on test_faults
-            --device cuda --quick [6-9]
+            --device cuda --quick and test_varlen_backward --device cuda --quick [7-10]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
             memory of cuda-naive vs cuda-flash at L 4k and 16k [4]
   bwd       forward+backward on the grid (bf16, causal) beside SDPA flash and cudnn
             (bench/sdpa_bwd.py); the backward alone for every kernel variant (test_attention perf
-            --section fwdbwd); each kernel's device time in one step (bench/profile_step.py) [5]
+            --section fwdbwd); each kernel's device time in one step (bench/profile_step.py); the
+            ragged backward of 16 sequences over 128..4096 tokens (H=16 D=128 bf16, causal and not,
+            each dQ mode) against the dense backward at their mean length (bench/varlen_bwd.c) [6]
   f32       the seed suite (B=16 H=8 D=64 f32, L 128..2048, and seed003): cuda-flash-f32 exact,
             tf32 and 3xtf32, cuda-naive, cuda-tiled beside SDPA efficient and math on the same
             inputs, per call and device time (test_attention perf --section seed, bench/sdpa_f32.py) [3]
@@ -230,6 +232,8 @@ cmd_sanitize() {
         san $tool serving "" gpu_serving --quick
         if [ $tool = memcheck ]; then # failed allocations and launches leave nothing behind
             san $tool faults "" test_faults "--device cuda --quick"
+            # the ragged backward's kernels find their sequence in the offsets, out-of-range ones too
+            san $tool varlen_backward "" test_varlen_backward "--device cuda --quick"
         fi
     done
     [ $VARIANTS = 1 ] || return 0
@@ -309,6 +313,14 @@ cmd_bwd() {
     rc=$?
     grep -E "GPU span" "$LOGS/profile_step.log"
     record "bwd: kernels of a step" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
+
+    step "ragged backward vs the dense backward at the mean length (bench/varlen_bwd.c; issue 27: >= 0.9x)"
+    t0=$SECONDS
+    logged 300 varlen_bwd.log "$BUILD/varlen_bwd" --seqs 16 --min-len 128 --max-len 4096 --heads 16 --head-dim 128 \
+        --dtype bf16 --target 0.9
+    rc=$?
+    cat "$LOGS/varlen_bwd.log"
+    record "bwd: ragged vs dense" "$(verdict $rc)" $((SECONDS - t0)) "$(grep -o 'worst ratio.*' "$LOGS/varlen_bwd.log")"
 }
 
 cmd_f32() {

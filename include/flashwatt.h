@@ -232,8 +232,9 @@ FW_API fw_status fw_attention_varlen_forward(fw_context *ctx, const fw_tensor *q
  * lse (required) float32 (H, total_q) contiguous, as the ragged forward wrote it. Per sequence
  * exactly the dense backward with that sequence's lengths: dk/dv summed over the query heads of
  * each kv group, causal and windows bottom-right aligned; every row of dq, dk, dv is written, the
- * dk/dv rows of keys no query sees (an empty sequence's keys among them) with 0. Runs on cpu-ref
- * and cpu-flash; every other rule (validation, offsets, overlaps) as the ragged forward. */
+ * dk/dv rows of keys no query sees (an empty sequence's keys among them) with 0. Runs on cpu-ref,
+ * cpu-flash, cuda-flash (f16/bf16) and cuda-flash-f32 (f32); every other rule (validation, offsets
+ * on the device clamped, overlaps) as the ragged forward. */
 FW_API fw_status fw_attention_varlen_backward(fw_context *ctx, const fw_tensor *q, const fw_tensor *k,
                                               const fw_tensor *v, const fw_tensor *o, const float *lse,
                                               const fw_tensor *dout, fw_tensor *dq, fw_tensor *dk, fw_tensor *dv,

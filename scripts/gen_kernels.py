@@ -11,7 +11,8 @@ generated/fwd_d<D>_varlen.cu the same for the ragged (varlen) records; generated
 of records (fwd/params.h: fw_fwd_record), the dense one and the ragged one, that the heuristics choose from.
 Backward (bwd.*): per padded head dim, generated/bwd_tc_d<D>.cu (tensor cores) and bwd_cores_d<D>.cu (CUDA cores)
 hold one configuration struct per distinct kernel shape (a shape that several records share is instantiated
-once) and the launch functions of every record; generated/bwd_records.cu is its table (bwd/params.h).
+once) and the launch functions of every record, and bwd_tc_d<D>_varlen.cu, bwd_cores_d<D>_varlen.cu the ragged
+launch functions of the records with the varlen option; generated/bwd_records.cu is its table (bwd/params.h).
 f32 (f32.*, cuda-flash-f32): generated/f32_d<D>.cu (a launch function per precision form: exact, or tf32 and
 3xtf32) and generated/f32_records.cu (f32/params.h: fw_f32_record).
 Each instantiation file asserts that the kernels' shared memory is the record's, so the table and the kernels
@@ -234,13 +235,15 @@ def read_bwd(n, line):
     if arch not in ARCH:
         fail(f"kernels.tsv:{n}: unknown arch {arch}")
     r = dict(line=n, family=family, name=name, arch=arch, d=int(d), bm=int(bm), bn=int(bn), warps=int(warps),
-             stages=int(stages), qs=int(bm), ovl=False, dq=None)
+             stages=int(stages), qs=int(bm), ovl=False, dq=None, varlen=False)
     for o in ([] if options == "-" else options.split(",")):
         m = re.fullmatch(r"dq=(?:w(\d+)-mt(\d+)-bn(\d+)|(wg|ws)-bn(\d+))", o)
         if re.fullmatch(r"qs\d+", o) and family == "bwd.mma":
             r["qs"] = int(o[2:])
         elif o == "ovl" and family == "bwd.wg":
             r["ovl"] = True
+        elif o == "varlen" and family != "bwd.ws":
+            r["varlen"] = True
         elif m and family != "bwd.cores":
             r["dq"] = (dict(kind="mma", warps=int(m[1]), mt=int(m[2]), bn=int(m[3])) if m[1]
                        else dict(kind=m[4], warps=8 if m[4] == "wg" else 12, mt=0, bn=int(m[5])))
@@ -286,6 +289,8 @@ def check_bwd(r):
         fail(f"{where}: fields outside what {f}'s kernel takes (see the table's header)")
     if q and (q["bn"] % (16 if q["kind"] == "mma" else 64)):
         fail(f"{where}: the dQ kernel's keys per step must be a multiple of {16 if q['kind'] == 'mma' else 64}")
+    if r["varlen"] and q and q["kind"] == "ws":
+        fail(f"{where}: a ragged (varlen) record's kernels load with cp.async (zero past a sequence's rows), not dq=ws")
 
 
 def check_bwd_names(recs):
@@ -297,6 +302,8 @@ def check_bwd_names(recs):
     for d in {r["d"] for r in recs}:
         if not any(r["d"] == d and r["family"] == "bwd.cores" for r in recs):
             fail(f"kernels.tsv: head dim {d} has backward records but no bwd.cores record (the fallback)")
+        if not any(r["d"] == d and r["family"] == "bwd.cores" and r["varlen"] for r in recs):
+            fail(f"kernels.tsv: head dim {d}'s bwd.cores record needs the varlen option (every ragged backward's fallback)")
 
 
 def bwd_wg_smem(d, bm, st, atomic):
@@ -337,8 +344,8 @@ def bwd_ident(r):
     return f"d{r['d']}_" + r["name"].replace("-", "_")
 
 
-def bwd_launch_name(r, dt):
-    return f"fw_bwd_{bwd_ident(r)}_{dt}"
+def bwd_launch_name(r, dt, varlen=False):
+    return f"fw_bwd_{bwd_ident(r)}_{dt}" + ("_varlen" if varlen else "")
 
 
 def bwd_structs(r):
@@ -391,10 +398,15 @@ def bwd_structs(r):
     return out[:1] + dq[:1] + out[1:] + dq[1:]
 
 
-def bwd_instantiation_file(d, recs, cores):
+def bwd_instantiation_file(d, recs, cores, varlen=False):
     what = "CUDA-core" if cores else "tensor-core"
-    out = [f"/* {HEADER}\n * The backward's {what} instantiations for padded head dim {d}: a configuration per kernel shape, and per\n"
-           " * record a launch function per element type (bwd/params.h: fw_bwd_record, generated/bwd_records.cu). */",
+    intro = (f" * The backward's {what} instantiations for padded head dim {d}: a configuration per kernel shape, and per\n"
+             " * record a launch function per element type (bwd/params.h: fw_bwd_record, generated/bwd_records.cu). */")
+    if varlen:
+        intro = (f" * The backward's {what} instantiations for ragged (varlen) batches, padded head dim {d}: a configuration\n"
+                 " * per kernel shape, and per record of the varlen option a ragged launch function per element type\n"
+                 " * (bwd/params.h: fw_bwd_record's varlen_*, generated/bwd_records.cu). */")
+    out = [f"/* {HEADER}\n{intro}",
            '#include "backends/cuda/bwd/kernel_cores.cuh"' if cores else '#include "backends/cuda/bwd/launch.cuh"',
            "\nnamespace fwbwd {\n"]
     structs = {}
@@ -403,7 +415,7 @@ def bwd_instantiation_file(d, recs, cores):
             structs.setdefault(name, (order, len(structs), text))
     for name, (order, _, text) in sorted(structs.items(), key=lambda kv: kv[1][:2]):
         out.append(text)
-    for r in recs:
+    for r in ([] if varlen else recs):  # the dense file asserts the shared memory of both
         names = [n for n, _, _ in bwd_structs(r)]
         kv, dq = names[0], names[1] if not cores else None
         if cores:
@@ -412,13 +424,14 @@ def bwd_instantiation_file(d, recs, cores):
             out.append(f"static_assert(tc_smem<{kv}, {dq}>(dq_mode::atomic) == {bwd_smem(r, True)} &&\n"
                        f"                  tc_smem<{kv}, {dq}>(dq_mode::deterministic) == {bwd_smem(r, False)},\n"
                        f"              \"kernels.tsv: shared memory of {r['name']}\");")
-    out.append("\n} /* namespace fwbwd */\n")
+    out.append("} /* namespace fwbwd */\n" if varlen else "\n} /* namespace fwbwd */\n")
+    flag = ", true" if varlen else ""
     for r in recs:
         names = [n for n, _, _ in bwd_structs(r)]
         for dt, T in (BWD_DTYPES_CORES if cores else BWD_DTYPES_TC):
-            call = (f"cores_launch<{T}, fwbwd::{names[0]}>" if cores
-                    else f"tc_launch<{T}, fwbwd::{names[0]}, fwbwd::{names[1]}>")
-            out.append(f'extern "C" {BWD_PROTO.format(bwd_launch_name(r, dt))}\n'
+            call = (f"cores_launch<{T}, fwbwd::{names[0]}{flag}>" if cores
+                    else f"tc_launch<{T}, fwbwd::{names[0]}, fwbwd::{names[1]}{flag}>")
+            out.append(f'extern "C" {BWD_PROTO.format(bwd_launch_name(r, dt, varlen))}\n'
                        f"{{\n    return fwbwd::{call}(a, atomic_dq, stream);\n}}")
     return "\n".join(out) + "\n"
 
@@ -430,19 +443,23 @@ def bwd_records_file(recs):
     out = [f"/* {HEADER}\n * The backward's records (bwd/params.h), head dims ascending, in the table's order within one. */",
            '#include "backends/cuda/bwd/params.h"', "", 'extern "C" {']
     for r in recs:
-        for dt, _ in (BWD_DTYPES_CORES if r["family"] == "bwd.cores" else BWD_DTYPES_TC):
-            out.append(BWD_PROTO.format(bwd_launch_name(r, dt)) + ";")
+        for varlen in (False, True) if r["varlen"] else (False,):
+            for dt, _ in (BWD_DTYPES_CORES if r["family"] == "bwd.cores" else BWD_DTYPES_TC):
+                out.append(BWD_PROTO.format(bwd_launch_name(r, dt, varlen)) + ";")
     out.append("}\n")
     out.append("/* name, kernel, arch, d, bm, bn, warps, stages, sub_m, dq_kernel, dq_warps, dq_mt, dq_bn,\n"
-               " * smem_atomic, smem_deterministic, f32, f16, bf16 */")
+               " * smem_atomic, smem_deterministic, f32, f16, bf16, varlen_f32, varlen_f16, varlen_bf16 */")
     out.append('extern "C" const fw_bwd_record fw_bwd_records[] = {')
     for r in recs:
         q = r["dq"] or dict(kind=None, warps=0, mt=0, bn=0)
-        f32 = bwd_launch_name(r, "f32") if r["family"] == "bwd.cores" else "NULL"
+        cores = r["family"] == "bwd.cores"
+        f32 = bwd_launch_name(r, "f32") if cores else "NULL"
+        ragged = ", ".join(bwd_launch_name(r, dt, True) if r["varlen"] and (cores or dt != "f32") else "NULL"
+                           for dt in ("f32", "f16", "bf16"))
         out.append(f'    {{"{r["name"]}", {BWD_KERNEL[r["family"]]}, {ARCH[r["arch"]]}, {r["d"]}, {r["bm"]}, {r["bn"]}, '
                    f'{r["warps"]}, {r["stages"]}, {r["qs"]}, {BWD_DQ.get(q["kind"], "FW_BWD_DQ_CORES")}, {q["warps"]}, '
                    f'{q["mt"]}, {q["bn"]},\n     {bwd_smem(r, True)}, {bwd_smem(r, False)}, {f32}, '
-                   f'{bwd_launch_name(r, "f16")}, {bwd_launch_name(r, "bf16")}}},')
+                   f'{bwd_launch_name(r, "f16")}, {bwd_launch_name(r, "bf16")},\n     {ragged}}},')
     out.append("};")
     out.append('extern "C" const int fw_bwd_nrecords = (int)(sizeof fw_bwd_records / sizeof fw_bwd_records[0]);')
     return "\n".join(out) + "\n"
@@ -456,6 +473,10 @@ def bwd_files(recs):
         if tc:
             files[f"bwd_tc_d{d}.cu"] = bwd_instantiation_file(d, tc, False)
         files[f"bwd_cores_d{d}.cu"] = bwd_instantiation_file(d, cores, True)
+        for name, some, is_cores in ((f"bwd_tc_d{d}_varlen.cu", tc, False), (f"bwd_cores_d{d}_varlen.cu", cores, True)):
+            ragged = [r for r in some if r["varlen"]]
+            if ragged:
+                files[name] = bwd_instantiation_file(d, ragged, is_cores, True)
     files["bwd_records.cu"] = bwd_records_file(recs)
     return files
 

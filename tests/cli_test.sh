@@ -211,7 +211,7 @@ grep_in out "cpu-naive runs the dense call only" "the reason is printed"
 expect 0 "check --backward ragged causal GQA (empty, 1, primes, one long, Lq != Lk)" -- check --backward \
     --seqlens-q 0,1,7,13,150,3 --seqlens-k 5,1,9,13,120,0 --causal --heads 4 --kv-heads 2
 grep_in out "6 passed, 0 failed, 1 skipped" "dQ, dK, dV of cpu-flash and cpu-ref pass, cpu-naive skipped"
-grep_in out "the ragged backward runs on cpu-ref and cpu-flash" "the skip says where the ragged backward runs"
+grep_in out "the ragged backward runs on cpu-ref, cpu-flash, cuda-flash and cuda-flash-f32" "the skip says where the ragged backward runs"
 expect 0 "check --backward ragged bf16 window bshd" -- check --backward --seqlens-q 3,0,40 --seqlens-k 9,4,33 \
     --dtype bf16 --window 8,2 --layout bshd --head-dim 128 --heads 4 --kv-heads 1
 expect 1 "check --backward ragged on a named backend without it" -- check --backward --backend cpu-naive --seqlens-q 4,5

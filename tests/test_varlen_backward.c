@@ -1,4 +1,4 @@
-/* The ragged (varlen) backward on the CPU (issue 27): fw_attention_varlen_backward.
+/* The ragged (varlen) backward (issue 27): fw_attention_varlen_backward. On the CPU (the default):
  *  - every CPU backend with a backward against cpu-ref's float64 backward through the harness
  *    (dq, dk, dv poisoned first, every element checked written, the numerics contract): ragged
  *    lengths with 0, 1, primes and one long among short ones, Lq != Lk per sequence, causal and
@@ -8,7 +8,9 @@
  *    (the same inputs, O and LSE), and the dq rows of sequences without keys and the dk/dv rows of
  *    sequences without queries exactly 0;
  *  - bad input (offsets, shape, dtype and overlap errors) refused with a message naming the argument,
- *    writing nothing. */
+ *    writing nothing.
+ * With --device cuda[:N] (ctest gpu_varlen_backward; exit 77 without a device): cuda-flash and cuda-flash-f32
+ * (test_varlen_backward_gpu.h says how); --quick: a subset (for compute-sanitizer). */
 #include <stdint.h>
 #include "fw_check.h"
 #include "fw_harness.h"
@@ -169,7 +171,7 @@ static void check_case(fw_case c, const char *what, int per_sequence)
         const fw_status st = fw_bwd_supports(&r, &g, names[i], why, sizeof why);
         const int runs = !strcmp(names[i], "cpu-ref") || !strcmp(names[i], "cpu-flash");
         if (!runs) {
-            fwt_case(st == FW_ERR_UNSUPPORTED && fwt_contains(why, FW_RAGGED_BACKWARD_ONLY_CPU), "%s %s refuses: %s",
+            fwt_case(st == FW_ERR_UNSUPPORTED && fwt_contains(why, FW_RAGGED_BACKWARD_WHERE), "%s %s refuses: %s",
                      what, names[i], why);
             continue;
         }
@@ -263,7 +265,7 @@ static void auto_choice(void)
              st == FW_OK ? fw_context_last_backend(ctx) : "nothing", fw_context_last_error(ctx));
     fw_context_set_backend(ctx, "cpu-naive");
     st = fw_bwd_run(&r, &g, ctx);
-    fwt_case(st == FW_ERR_UNSUPPORTED && fwt_contains(fw_context_last_error(ctx), FW_RAGGED_BACKWARD_ONLY_CPU),
+    fwt_case(st == FW_ERR_UNSUPPORTED && fwt_contains(fw_context_last_error(ctx), FW_RAGGED_BACKWARD_WHERE),
              "cpu-naive named: %s: %s", fw_status_string(st), fw_context_last_error(ctx));
     fw_bwd_free(&r, &g);
     fw_run_free(&r);
@@ -400,10 +402,30 @@ static void errors(void)
     expect("window_right", call(), FW_ERR_INVALID_VALUE, "window_right", NULL);
 }
 
-int main(void)
+#include "test_varlen_backward_gpu.h"
+
+int main(int argc, char **argv)
 {
     const double t0 = fw_now_seconds();
+    gpu_dev.kind = FW_DEVICE_CPU;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) gpu_quick = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            if (fw_device_parse(argv[++i], &gpu_dev)) {
+                fprintf(stderr, "test_varlen_backward: --device cpu|cuda[:N]\n");
+                return 2;
+            }
+        } else {
+            printf("usage: test_varlen_backward [--device cpu|cuda[:N]] [--quick]\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
     if (fw_context_create(&ctx) != FW_OK) return 1;
+    if (gpu_dev.kind == FW_DEVICE_CUDA) {
+        const int rc = gpu_main();
+        fw_context_destroy(ctx);
+        return rc >= 0 ? rc : fwt_finish("test_varlen_backward --device cuda", fw_now_seconds() - t0);
+    }
     grid();
     shapes();
     auto_choice();

@@ -339,7 +339,8 @@ def attention_varlen(
         tensors run on torch's current stream without host synchronisation. Differentiable: where
         torch tensors q, k or v require grad, autograd's backward computes dq, dk, dv with
         :func:`attention_varlen_backward`, eagerly and under ``torch.compile`` (the lse output is not
-        differentiable); the ragged backward runs on the CPU backends.
+        differentiable); the ragged backward runs on cpu-flash and cpu-ref, and on CUDA tensors on cuda-flash
+        (f16, bf16) and cuda-flash-f32.
 
     Raises:
         FlashwattError: the library refused the call (``.message`` names the argument).
@@ -425,12 +426,13 @@ def attention_varlen_backward(
 
     Shapes, offsets and masking arguments as the forward's (the same values). ``dk``/``dv`` are summed
     over the query heads of each kv group (GQA); the rows of keys no query sees, an empty sequence's
-    among them, are 0. Each gradient is allocated like its input. Runs on the CPU backends (cpu-flash,
-    cpu-ref). Torch users normally get this through autograd (``loss.backward()``) instead.
+    among them, are 0. Each gradient is allocated like its input. Runs on cpu-flash and cpu-ref, and on
+    CUDA tensors on cuda-flash (f16, bf16) and cuda-flash-f32 (f32), on torch's current stream. Torch users
+    normally get this through autograd (``loss.backward()``) instead.
 
     Raises:
-        FlashwattNotImplementedError: no backend can run it (CUDA tensors: the ragged backward runs on
-            the CPU backends only, for now); also a ``NotImplementedError``.
+        FlashwattNotImplementedError: no backend can run it (a backend named that has no ragged
+            backward, such as cpu-naive); also a ``NotImplementedError``.
         FlashwattError / TypeError / ValueError: as :func:`attention_varlen`.
     """
     masking = normalize_params(causal, scale, window)

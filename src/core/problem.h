@@ -76,14 +76,14 @@ static inline const fw_knobs *fw_problem_knobs(const fw_problem *p)
 
 #define FW_UNBOUNDED (INT64_MAX / 4)
 
-/* The gradients of a ragged (or cached) call. Only the CPU backends run them, sequence by sequence
- * through the accessors below; every other backend refuses such a problem in supports() with this
- * reason. */
+/* The gradients of a ragged (or cached) call. The CPU backends run them sequence by sequence through
+ * the accessors below, the CUDA backward (cuda-flash, cuda-flash-f32) on one grid over the sequences;
+ * every other backend refuses such a problem in supports() with this reason. */
 static inline int fw_problem_ragged_backward(const fw_problem *p)
 {
     return p->dout != NULL && p->kind != FW_CALL_DENSE;
 }
-#define FW_RAGGED_BACKWARD_ONLY_CPU "the ragged backward runs on cpu-ref and cpu-flash"
+#define FW_RAGGED_BACKWARD_WHERE "the ragged backward runs on cpu-ref, cpu-flash, cuda-flash and cuda-flash-f32"
 
 /* Keys visible to query row i: [*lo, *hi) clipped to [0, Lk). Empty when *lo >= *hi. Dense calls. */
 static inline void fw_key_range(const fw_problem *p, int64_t i, int64_t *lo, int64_t *hi)

@@ -6,7 +6,7 @@
 
 static int naive_supports(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
+    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_WHERE);
     if (p->device.kind != FW_DEVICE_CPU) return fw_why(why, why_len, "tensors are not on the cpu");
     if (p->precision != FW_PRECISION_EXACT)
         return fw_why(why, why_len, "runs float32/float64 arithmetic only; no reduced precision mode");

@@ -6,7 +6,9 @@
  *              (a tensor-core record of kernels.tsv, or the head dim's CUDA-core one), and in the atomic dQ mode
  *              the conversion of the f32 dQ accumulator.
  * dQ mode: atomic (atomicAdd into an f32 workspace during the dK/dV pass, then a conversion, as FlashAttention-2)
- * or deterministic (a separate dQ pass, no atomics: fw_context_set_deterministic). */
+ * or deterministic (a separate dQ pass, no atomics: fw_context_set_deterministic).
+ * Ragged (varlen) batches run the recompute with the records' ragged kernels (kernel_common.cuh: ragged_block), one
+ * grid over every sequence; the workspaces hold H·total_q rows, sequence-major. */
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/bwd/heuristics.h"
@@ -16,22 +18,21 @@
 #include "backends/cuda/common/workspace.h"
 
 extern "C" fw_status fw_cuda_backward(const fw_problem *p, const fw_config *cfg, const fw_exec *ex);
-/* 1 if fw_cuda_backward can run p; else 0 with the reason. */
-extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len);
 
-#define FW_BWD_MAX_BLOCKS (1u << 20)
-
-static unsigned fw_bwd_blocks(long long work, long long per_block)
+/* A ragged batch's grids fit: (rows / 16 + sequences) x heads blocks, 16 the fewest rows or keys any of its
+ * kernels' blocks take, at most 2^31 - 1. */
+static int fw_bwd_ragged_fits(const fw_problem *p, char *why, size_t why_len)
 {
-    long long n = (work + per_block - 1) / per_block;
-    if (n < 1) n = 1;
-    if (n > (long long)FW_BWD_MAX_BLOCKS) n = FW_BWD_MAX_BLOCKS;
-    return (unsigned)n;
+    const int64_t limit = ((int64_t)1 << 31) - 1;
+    if (p->total_q / 16 + p->batch > limit / p->heads || p->total_k / 16 + p->batch > limit / p->kv_heads)
+        return fw_why(why, why_len, "the CUDA backward's grid limit: a ragged batch's (total_q / 16 + batch) x heads "
+                      "and (total_k / 16 + batch) x kv_heads must be below 2^31");
+    return 1;
 }
 
 extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
+    if (p->kind == FW_CALL_KVCACHE) return fw_why(why, why_len, "a KV-cache call has no backward");
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32 && p->dtype != FW_F16 && p->dtype != FW_BF16)
         return fw_why(why, why_len, "the CUDA backward takes f32, f16 or bf16, not dtype %d", (int)p->dtype);
@@ -39,41 +40,51 @@ extern "C" int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t 
         return fw_why(why, why_len, "the CUDA backward takes head_dim 1..256, not %lld", (long long)p->head_dim);
     if (p->seqlen_q >= (1LL << 30) || p->seqlen_k >= (1LL << 30))
         return fw_why(why, why_len, "the CUDA backward takes sequence lengths below 2^30");
-    if (p->batch > 65535 || p->heads > 65535 || p->kv_heads > 65535)
+    if ((p->kind == FW_CALL_DENSE && p->batch > 65535) || p->heads > 65535 || p->kv_heads > 65535)
         return fw_why(why, why_len, "the CUDA backward's grid limit: batch and heads must be <= 65535");
+    if (p->kind == FW_CALL_VARLEN && !fw_bwd_ragged_fits(p, why, why_len)) return 0;
     if (!p->lse || !p->dout || !p->dq || !p->dk || !p->dv || !p->o)
         return fw_why(why, why_len, "the CUDA backward needs o, lse, dout, dq, dk and dv");
     return 1;
+}
+
+/* Rows of the Δ / lse2 workspaces: one per (batch entry, head, query row), of a ragged batch per (head, packed row). */
+static long long fw_bwd_stat_rows(const fw_problem *p)
+{
+    return p->kind == FW_CALL_VARLEN ? (long long)p->heads * p->total_q : (long long)p->batch * p->heads * p->seqlen_q;
 }
 
 /* The launches of a recompute plan, with the workspace already allocated. */
 static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd_args *a, const fw_exec *ex)
 {
     const cudaStream_t s = (cudaStream_t)ex->stream;
-    const long long rows = (long long)p->batch * p->heads * p->seqlen_q;
-    const int atomic = plan->atomic;
-    float *delta = (float *)a->delta, *lse2 = (float *)a->lse2;
+    const long long rows = fw_bwd_stat_rows(p);
+    const int atomic = plan->atomic, varlen = p->kind == FW_CALL_VARLEN;
+    const fw_bwd_record *r = plan->record;
+    /* a ragged batch's CUDA-core kernels read the LSE sequence-major: the preprocess copies it to lse2's place */
+    const int log2 = !varlen || r->kernel != FW_BWD_CORES;
+    float *delta = (float *)a->delta, *stats = (float *)a->lse2;
     switch (p->dtype) {
-    case FW_F32: fw_bwd_launch_delta<float>(p, delta, lse2, s); break;
-    case FW_F16: fw_bwd_launch_delta<__half>(p, delta, lse2, s); break;
-    default: fw_bwd_launch_delta<__nv_bfloat16>(p, delta, lse2, s); break;
+    case FW_F32: fw_bwd_launch_delta<float>(p, delta, stats, s, log2); break;
+    case FW_F16: fw_bwd_launch_delta<__half>(p, delta, stats, s, log2); break;
+    default: fw_bwd_launch_delta<__nv_bfloat16>(p, delta, stats, s, log2); break;
     }
     FW_CUDA_CHECK_LAUNCH();
     if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
-    const fw_bwd_record *r = plan->record;
-    const fw_bwd_launch_fn fn = p->dtype == FW_F32 ? r->f32 : p->dtype == FW_F16 ? r->f16 : r->bf16;
-    if (!fn) { /* the heuristics hand f32 only to CUDA-core records */
-        fw_why(ex->err, ex->err_len, "the CUDA backward's record %s has no %s kernels", r->name, fw_dtype_name(p->dtype));
+    const fw_bwd_launch_fn fn = varlen ? (p->dtype == FW_F32 ? r->varlen_f32 : p->dtype == FW_F16 ? r->varlen_f16 : r->varlen_bf16)
+                                       : (p->dtype == FW_F32 ? r->f32 : p->dtype == FW_F16 ? r->f16 : r->bf16);
+    if (!fn) { /* the heuristics hand f32 only to CUDA-core records, ragged batches only to records with ragged kernels */
+        fw_why(ex->err, ex->err_len, "the CUDA backward's record %s has no %s%s kernels", r->name, varlen ? "ragged " : "",
+               fw_dtype_name(p->dtype));
         return FW_ERR_INVALID_VALUE;
     }
     FW_CUDA_CHECK(fn(a, atomic, s));
     FW_CUDA_CHECK_LAUNCH();
     if (atomic) {
-        const unsigned cblocks = fw_bwd_blocks(rows * p->head_dim, 256);
         switch (p->dtype) {
-        case FW_F32: fw_bwd_dq_convert_kernel<float><<<cblocks, 256, 0, s>>>(*a); break;
-        case FW_F16: fw_bwd_dq_convert_kernel<__half><<<cblocks, 256, 0, s>>>(*a); break;
-        default: fw_bwd_dq_convert_kernel<__nv_bfloat16><<<cblocks, 256, 0, s>>>(*a); break;
+        case FW_F32: fw_bwd_launch_dq_convert<float>(p, a, s); break;
+        case FW_F16: fw_bwd_launch_dq_convert<__half>(p, a, s); break;
+        default: fw_bwd_launch_dq_convert<__nv_bfloat16>(p, a, s); break;
         }
         FW_CUDA_CHECK_LAUNCH();
     }
@@ -102,7 +113,8 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
     fw_bwd_plan plan;
     const fw_status pst = fw_bwd_recompute_plan(p, cfg, &di, fw_exec_knobs(ex), &plan, ex->err, ex->err_len);
     if (pst != FW_OK) return pst;
-    const int atomic = plan.atomic, tc = plan.record->kernel != FW_BWD_CORES;
+    const int atomic = plan.atomic, varlen = p->kind == FW_CALL_VARLEN;
+    const int stats = varlen || plan.record->kernel != FW_BWD_CORES; /* lse2, or a ragged batch's LSE copy */
 
     fw_bwd_args a;
     memset(&a, 0, sizeof a);
@@ -115,14 +127,18 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
         a.dk_s[i] = p->dk_stride[i]; a.dv_s[i] = p->dv_stride[i];
     }
     a.off = p->diag_offset; a.wl = p->window_left; a.wr = p->window_right;
-    a.B = (int)p->batch; a.H = (int)p->heads; a.Hkv = (int)p->kv_heads; a.group = (int)p->group;
+    a.B = varlen ? 1 : (int)p->batch; a.H = (int)p->heads; a.Hkv = (int)p->kv_heads; a.group = (int)p->group;
     a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k; a.D = (int)p->head_dim;
     a.scale = p->scale;
+    if (varlen) { /* Lq, Lk above: the longest sequences (max_seqlen_q/k), the lengths' bound */
+        a.seqs.cu_q = p->cu_seqlens_q; a.seqs.cu_k = p->cu_seqlens_k;
+        a.seqs.total_q = p->total_q; a.seqs.total_k = p->total_k; a.seqs.batch = (int)p->batch;
+    }
 
     const cudaStream_t s = (cudaStream_t)ex->stream;
-    const size_t rows = (size_t)(p->batch * p->heads * p->seqlen_q);
+    const size_t rows = (size_t)fw_bwd_stat_rows(p);
     const size_t rows16 = (rows + 3) & ~(size_t)3; /* lse2 starts 16-byte aligned (the TMA kernels' maps) */
-    const size_t delta_bytes = (rows16 + (tc ? rows : 0)) * sizeof(float); /* Δ, and lse2 for tensor cores */
+    const size_t delta_bytes = (rows16 + (stats ? rows : 0)) * sizeof(float); /* Δ, and lse2 (or the LSE copy) */
     const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
     void *delta = NULL, *acc = NULL;
     FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
@@ -135,7 +151,8 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
         }
     }
     a.delta = (const float *)delta;
-    a.lse2 = tc ? (const float *)delta + rows16 : NULL;
+    a.lse2 = stats ? (const float *)delta + rows16 : NULL;
+    if (varlen && plan.record->kernel == FW_BWD_CORES) a.lse = a.lse2; /* the sequence-major copy (fw_bwd_run) */
     a.dq_acc = (float *)acc;
     fw_status st = fw_bwd_run(p, &plan, &a, ex);
     /* stream-ordered frees: safe while the kernels above are still running */

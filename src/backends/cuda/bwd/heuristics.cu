@@ -13,15 +13,18 @@
  * pass with the producer warpgroup (3-5% faster than wg-bm64-ovl-dq-wg-bn64; its dK/dV kernel would spill with the
  * producer's register split). At head_dim 64 and seqlen_k <= 1024 (det_short) the 128-row dK/dV steps with
  * cp.async were 5% faster than the producer warpgroup's in two runs, at 2048 even.
- * The fallbacks run where a default is a wgmma record and the device is not compute capability 9.0. */
+ * The fallbacks run where a default is a wgmma record and the device is not compute capability 9.0.
+ * Ragged batches, deterministic mode on 9.0 (varlen_det): the overlapped cp.async records, whose loads zero-fill
+ * past a sequence's rows (the producer warpgroup's TMA boxes would read the next sequence's); the atomic records
+ * and the fallbacks are the dense ones (all have ragged kernels). */
 static const struct bwd_defaults {
     int d;
-    const char *atomic, *deterministic, *det_short, *atomic_fallback, *det_fallback;
+    const char *atomic, *deterministic, *det_short, *atomic_fallback, *det_fallback, *varlen_det;
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
-     "bm64-w4-qs32-dq-w4-mt2-bn32"},
+     "bm64-w4-qs32-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn128"},
     {128, "bm64-w8-2d-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", NULL, "bm64-w8-2d-dq-w4-mt2-bn32",
-     "bm32-w4-dq-w4-mt2-bn32"},
+     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn64"},
 };
 #define BWD_DET_SHORT_LK 1024
 
@@ -64,7 +67,9 @@ extern "C" int fw_bwd_tensor_cores_take(const fw_problem *p, const fw_knobs *k, 
     const void *ptrs[7] = {p->q, p->k, p->v, p->dout, p->dq, p->dk, p->dv};
     for (int i = 0; i < 7; i++)
         if (!fw_cuda_aligned16(ptrs[i])) return fw_why(why, why_len, "the tensor-core backward needs 16-byte aligned tensors");
-    const int64_t B = p->batch, H = p->heads, Hk = p->kv_heads, Lq = p->seqlen_q, Lk = p->seqlen_k;
+    const int64_t H = p->heads, Hk = p->kv_heads;
+    int64_t B, Lq, Lk;
+    fw_bwd_extents(p, &B, &Lq, &Lk);
     if (!rows16(p->q_stride, B, H, Lq) || !rows16(p->do_stride, B, H, Lq) || !rows16(p->dq_stride, B, H, Lq) ||
         !rows16(p->k_stride, B, Hk, Lk) || !rows16(p->v_stride, B, Hk, Lk) || !rows16(p->dk_stride, B, Hk, Lk) ||
         !rows16(p->dv_stride, B, Hk, Lk))
@@ -74,6 +79,7 @@ extern "C" int fw_bwd_tensor_cores_take(const fw_problem *p, const fw_knobs *k, 
 
 extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *cfg)
 {
+    if (p->kind != FW_CALL_DENSE) return 0; /* whole (batch, head) slices: dense calls only */
     if (cfg && !strcmp(cfg->name, "bwd-materialize")) return 1;
     if (cfg && !strncmp(cfg->name, "bwd-", 4)) return 0; /* a recompute configuration */
     if (p->memory_budget == 0) return 0;
@@ -87,6 +93,12 @@ extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *c
 }
 
 static size_t record_smem(const fw_bwd_record *r, int atomic) { return atomic ? r->smem_atomic : r->smem_deterministic; }
+
+/* Has the record kernels for p's call: every record for a dense one, those with ragged kernels for a ragged one. */
+static int record_takes(const fw_bwd_record *r, const fw_problem *p)
+{
+    return p->kind == FW_CALL_DENSE || r->varlen_bf16 != NULL;
+}
 
 /* Does the record run on the device in the mode: its machine code runs there and its shared memory fits. */
 static int record_runs(const fw_bwd_record *r, int atomic, const fw_cuda_device_info *di)
@@ -103,14 +115,16 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
     if (!fw_bwd_tensor_cores_take(p, k, NULL, 0)) return NULL;
     const int dpad = fw_bwd_padded_dim(p->head_dim);
     const struct bwd_defaults *df = dpad == 64 ? &bwd_defaults[0] : &bwd_defaults[1];
-    const char *name = atomic ? df->atomic
-                              : df->det_short && p->seqlen_k <= BWD_DET_SHORT_LK ? df->det_short : df->deterministic;
+    const char *name = atomic                         ? df->atomic
+                       : p->kind == FW_CALL_VARLEN    ? df->varlen_det
+                       : df->det_short && p->seqlen_k <= BWD_DET_SHORT_LK ? df->det_short
+                                                      : df->deterministic;
     const fw_bwd_record *r = fw_bwd_record_named(dpad, name);
     const fw_bwd_record *chosen = k->cuda_bwd_config[0] ? fw_bwd_record_named(dpad, k->cuda_bwd_config) : NULL;
-    if (chosen) r = chosen;
+    if (chosen && record_takes(chosen, p)) r = chosen;
     if (r && r->arch == 90 && !fw_cuda_is_sm90a(di)) /* the wgmma kernels: sm_90a machine code */
         r = fw_bwd_record_named(dpad, atomic ? df->atomic_fallback : df->det_fallback);
-    return r && record_smem(r, atomic) <= (size_t)di->smem_optin ? r : NULL;
+    return r && record_takes(r, p) && record_smem(r, atomic) <= (size_t)di->smem_optin ? r : NULL;
 }
 
 /* dQ by atomics (as FlashAttention-2) or by the deterministic separate pass: the config name decides where it names
@@ -152,6 +166,10 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
     char mode[24];
     const char *record = NULL;
     const int named = cfg && !strncmp(cfg->name, "bwd-", 4);
+    if (named && p->kind != FW_CALL_DENSE && !strcmp(cfg->name, "bwd-materialize")) {
+        fw_why(why, why_len, "the CUDA backward's store strategy (bwd-materialize) takes dense calls, not a ragged batch");
+        return FW_ERR_INVALID_VALUE;
+    }
     if (named && !parse_config(cfg->name, mode, sizeof mode, &record)) {
         fw_why(why, why_len, "the CUDA backward has no configuration \"%s\" (bwd-materialize, bwd-atomic[:RECORD], "
                "bwd-deterministic[:RECORD]; configs() lists them)", cfg->name);
@@ -164,7 +182,10 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
         int ok = r != NULL;
         if (!ok)
             snprintf(reason, sizeof reason, "no record of that name for head_dim %lld", (long long)p->head_dim);
-        else if (r->kernel != FW_BWD_CORES)
+        else if (!record_takes(r, p)) {
+            ok = 0;
+            snprintf(reason, sizeof reason, "the record has no kernels for ragged batches (kernels.tsv: varlen)");
+        } else if (r->kernel != FW_BWD_CORES)
             ok = fw_bwd_tensor_cores_take(p, k, reason, sizeof reason);
         if (ok && !record_runs(r, plan->atomic, di)) {
             ok = 0;
@@ -247,7 +268,7 @@ extern "C" int fw_bwd_configs(const fw_problem *p, fw_config *out, int max)
         if (!def.materialize && def.atomic == atomic) listed[nlisted++] = def.record;
         for (int i = 0; i < n && count < max; i++) {
             const fw_bwd_record *r = &rs[i];
-            if ((r->kernel != FW_BWD_CORES && !tc) || !record_runs(r, atomic, &di)) continue;
+            if ((r->kernel != FW_BWD_CORES && !tc) || !record_takes(r, p) || !record_runs(r, atomic, &di)) continue;
             int dup = 0;
             for (int j = 0; j < nlisted && !dup; j++) dup = listed[j] == r || (atomic && same_atomic_kernel(listed[j], r));
             if (dup || nlisted == FW_MAX_CONFIGS) continue;
@@ -257,7 +278,7 @@ extern "C" int fw_bwd_configs(const fw_problem *p, fw_config *out, int max)
         }
     }
     fw_bwd_mat_plan mp;
-    if (!def.materialize && count < max && p->seqlen_q * p->seqlen_k <= FW_BWD_MATERIALIZE_MAX_PAIRS &&
+    if (!def.materialize && count < max && p->kind == FW_CALL_DENSE && p->seqlen_q * p->seqlen_k <= FW_BWD_MATERIALIZE_MAX_PAIRS &&
         fw_bwd_materialize_plan(p, &mp)) { /* the store strategy is for short sequences (materialize.h) */
         fw_bwd_plan pl = {1, 0, NULL};
         plan_config(&pl, &out[count++]);

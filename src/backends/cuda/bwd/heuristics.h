@@ -10,7 +10,9 @@
  *   "bwd-atomic", "bwd-deterministic"  that dQ mode, the record the heuristics choose (FW_CUDA_BWD_CONFIG first)
  *   "" (or a name outside "bwd-": a forward configuration, handed by a table whose configs() lists only those)
  *                                 the defaults
- * A "bwd-" name that names nothing that runs here is FW_ERR_INVALID_VALUE. */
+ * A "bwd-" name that names nothing that runs here is FW_ERR_INVALID_VALUE. A ragged (varlen) batch runs the records
+ * with ragged kernels (kernels.tsv's varlen option; the CUDA-core records of every head dim have them) and never
+ * the store strategy. */
 #ifndef FW_BWD_HEURISTICS_H
 #define FW_BWD_HEURISTICS_H
 
@@ -21,12 +23,26 @@
 extern "C" {
 #endif
 
+/* 1 if the CUDA backward (bwd/cuda_backward.cu: fw_cuda_backward, the backward() of cuda-flash and cuda-flash-f32)
+ * can run p, a dense or ragged backward problem; else 0 with the reason. */
+int fw_cuda_backward_supports(const fw_problem *p, char *why, size_t why_len);
+
 /* What fw_cuda_backward runs. */
 typedef struct fw_bwd_plan {
     int materialize;             /* the store strategy; the fields below are the recompute's */
     int atomic;                  /* dQ by atomics into an f32 accumulator (else the deterministic dQ pass) */
     const fw_bwd_record *record; /* the kernels: a tensor-core record, or the head dim's CUDA-core one */
 } fw_bwd_plan;
+
+/* The rows of p's tensors: (batch entries, query rows, key rows) of a dense call; of a ragged (varlen) one the
+ * packed tensors' (1, total_q, total_k). */
+static inline void fw_bwd_extents(const fw_problem *p, int64_t *nb, int64_t *rows_q, int64_t *rows_k)
+{
+    const int packed = p->kind == FW_CALL_VARLEN;
+    *nb = packed ? 1 : p->batch;
+    *rows_q = packed ? p->total_q : p->seqlen_q;
+    *rows_k = packed ? p->total_k : p->seqlen_k;
+}
 
 /* The padded head dim whose records run head_dim d (64, 128 or 256), or 0 above 256. */
 int fw_bwd_padded_dim(int64_t d);

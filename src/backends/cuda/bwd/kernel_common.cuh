@@ -49,5 +49,84 @@ template <int BM, int BN> __device__ __forceinline__ fwparts::query_block dq_blo
     return fwparts::query_block::of<BM, BN>(p, p.has_window, nmb);
 }
 
+/* ---- ragged batches (fw_bwd_seqs; the records' varlen launches) -------------------------------------------------
+ * The grid is linear over (slot, head) (parts/scheduler.cuh: varlen_tile_scheduler): a dK/dV kernel's slots are its
+ * sequences' key blocks (kv heads), a dQ kernel's their query blocks (query heads). A block finds its sequence from
+ * the device offsets (clamped: corrupted ones cannot reach outside the tensors) and then runs the dense kernel's body
+ * on that sequence as a problem of its own (seq_problem): b = 0, Lq and Lk its lengths, the diagonal Lk - Lq (causal
+ * and windows bottom-right aligned per sequence), the query side's tensors from its first query row, the key side's
+ * from its first key row, the workspaces from its block of rows. The dense bodies then load only its rows (the
+ * cp.async loads zero-fill past Lq and Lk, so the next sequence's rows never reach a product), mask its keys, and
+ * store only its rows; a sequence without queries still writes its dK, dV rows (zeros), one without keys its dQ
+ * rows (zeros). */
+
+template <typename T> __device__ __forceinline__ const void *rows_from(const void *base, int64_t row0, long long ss)
+{
+    return reinterpret_cast<const T *>(base) + row0 * ss;
+}
+template <typename T> __device__ __forceinline__ void *rows_from(void *base, int64_t row0, long long ss)
+{
+    return reinterpret_cast<T *>(base) + row0 * ss;
+}
+
+/* p, the packed batch, becomes sequence s's own dense problem. The workspaces are sequence-major: sequence s's
+ * (H, lq) rows from row H·q_row0, where the dense kernels' index (b·H + h)·Lq + i with b = 0 lands. */
+template <typename T> __device__ __forceinline__ void seq_problem(const fwparts::seq_span &s, fw_bwd_tc_params &p)
+{
+    p.q = rows_from<T>(p.q, s.q_row0, p.q_s[2]);
+    p.dout = rows_from<T>(p.dout, s.q_row0, p.do_s[2]);
+    p.dq = rows_from<T>(p.dq, s.q_row0, p.dq_s[2]);
+    p.k = rows_from<T>(p.k, s.k_row0, p.k_s[2]);
+    p.v = rows_from<T>(p.v, s.k_row0, p.v_s[2]);
+    p.dk = rows_from<T>(p.dk, s.k_row0, p.dk_s[2]);
+    p.dv = rows_from<T>(p.dv, s.k_row0, p.dv_s[2]);
+    const int64_t w = (int64_t)p.H * s.q_row0;
+    p.lse2 += w;
+    p.delta += w;
+    if (p.dq_acc) p.dq_acc += w * p.d;
+    p.Lq = s.lq;
+    p.Lk = s.lk;
+    p.off = s.lk - s.lq;
+}
+template <typename T> __device__ __forceinline__ void seq_problem(const fwparts::seq_span &s, fw_bwd_args &a)
+{
+    a.q = rows_from<T>(a.q, s.q_row0, a.q_s[2]);
+    a.o = rows_from<T>(a.o, s.q_row0, a.o_s[2]);
+    a.dout = rows_from<T>(a.dout, s.q_row0, a.do_s[2]);
+    a.dq = rows_from<T>(a.dq, s.q_row0, a.dq_s[2]);
+    a.k = rows_from<T>(a.k, s.k_row0, a.k_s[2]);
+    a.v = rows_from<T>(a.v, s.k_row0, a.v_s[2]);
+    a.dk = rows_from<T>(a.dk, s.k_row0, a.dk_s[2]);
+    a.dv = rows_from<T>(a.dv, s.k_row0, a.dv_s[2]);
+    const int64_t w = (int64_t)a.H * s.q_row0;
+    a.lse += w;
+    a.delta += w;
+    if (a.dq_acc) a.dq_acc += w * a.D;
+    a.Lq = s.lq;
+    a.Lk = s.lk;
+    a.off = s.lk - s.lq;
+}
+
+/* This block's work in a ragged batch: its tile (KEYS: key block BLOCK·m_block.. of kv head h, else query block
+ * BLOCK·m_block.. of query head h; b = 0) and sp, its sequence's problem made from a (fw_bwd_tc_params or
+ * fw_bwd_args). False: a slot past its sequence's blocks, no work (every thread of the block alike). */
+template <typename T, int BLOCK, bool KEYS, class P>
+__device__ __forceinline__ bool ragged_block(const P &a, bool longest_first, P &sp, fwparts::tile_coord &tile)
+{
+    fwparts::seq_span s;
+    const int heads = KEYS ? a.H / a.group : a.H;
+    if (!fwparts::varlen_tile_scheduler::get_tile<BLOCK, KEYS>(a.seqs, heads, a.Lq, a.Lk, longest_first, tile, s))
+        return false;
+    sp = a;
+    seq_problem<T>(s, sp);
+    return true;
+}
+
+/* Blocks of a ragged batch's grid: BLOCK rows (KEYS: keys) a block, heads (KEYS: kv heads) of its own. */
+template <int BLOCK, bool KEYS> static inline unsigned ragged_blocks(const fw_bwd_seqs &s, int heads)
+{
+    return (unsigned)fwparts::varlen_tile_scheduler::blocks(KEYS ? s.total_k : s.total_q, s.batch, heads, BLOCK);
+}
+
 } /* namespace fwbwd */
 #endif

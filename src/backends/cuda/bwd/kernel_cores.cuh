@@ -29,9 +29,10 @@ namespace fwbwd {
  * carve it themselves: through a helper's pointers the dQ kernel compiled to other registers. */
 extern __shared__ float4 cores_smem4[];
 
-/* dK, dV (and in the atomic mode dQ through atomics). Grid (ceil(Lk/BN), Hkv, B). */
-template <typename T, class Cfg, dq_mode DQ>
-__global__ void __launch_bounds__(CORES_THREADS) cores_dkdv_kernel(const fw_bwd_args a)
+/* dK, dV (and in the atomic mode dQ through atomics). Grid (ceil(Lk/BN), Hkv, B); VARLEN: a ragged batch
+ * (kernel_common.cuh: ragged_block). */
+template <typename T, class Cfg, dq_mode DQ, bool VARLEN = false>
+__global__ void __launch_bounds__(CORES_THREADS) cores_dkdv_kernel(const fw_bwd_args args)
 {
     typedef cores_geom<Cfg> G;
     constexpr bool ATOMIC_DQ = DQ == dq_mode::atomic;
@@ -44,7 +45,15 @@ __global__ void __launch_bounds__(CORES_THREADS) cores_dkdv_kernel(const fw_bwd_
     float *lse_s = dSs + G::BM * G::LDP;
     float *dl_s = lse_s + G::BM;
 
-    const int j0 = blockIdx.x * G::BN, hk = blockIdx.y, b = blockIdx.z;
+    fw_bwd_args seq; /* VARLEN: the block's sequence as a problem of its own */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN) {
+        if (!ragged_block<T, G::BN, true>(args, false, seq, tile)) return;
+    } else {
+        tile = {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+    }
+    const fw_bwd_args &a = VARLEN ? seq : args;
+    const int j0 = tile.m_block * G::BN, hk = tile.h, b = tile.b;
     const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
     const T *q = (const T *)a.q, *k = (const T *)a.k, *v = (const T *)a.v, *dout = (const T *)a.dout;
 
@@ -136,9 +145,11 @@ __global__ void __launch_bounds__(CORES_THREADS) cores_dkdv_kernel(const fw_bwd_
     }
 }
 
-/* The deterministic mode's dQ. Grid (ceil(Lq/BM), H, B). */
-template <typename T, class Cfg>
-__global__ void __launch_bounds__(CORES_THREADS) cores_dq_kernel(const fw_bwd_args a)
+/* The deterministic mode's dQ. Grid (ceil(Lq/BM), H, B); VARLEN: a ragged batch (kernel_common.cuh: ragged_block),
+ * held to the dense kernel's two blocks an SM (unbounded, ptxas gave it 182 registers instead of 124; 0: no bound,
+ * as the dense kernel was measured). */
+template <typename T, class Cfg, bool VARLEN = false>
+__global__ void __launch_bounds__(CORES_THREADS, VARLEN ? 2 : 0) cores_dq_kernel(const fw_bwd_args args)
 {
     typedef cores_geom<Cfg> G;
     float *Ks = (float *)cores_smem4;
@@ -150,7 +161,15 @@ __global__ void __launch_bounds__(CORES_THREADS) cores_dq_kernel(const fw_bwd_ar
     float *lse_s = dSs + G::BM * G::LDP;
     float *dl_s = lse_s + G::BM;
 
-    const int i0 = blockIdx.x * G::BM, h = blockIdx.y, b = blockIdx.z;
+    fw_bwd_args seq; /* VARLEN: the block's sequence as a problem of its own */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN) {
+        if (!ragged_block<T, G::BM, false>(args, false, seq, tile)) return;
+    } else {
+        tile = {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+    }
+    const fw_bwd_args &a = VARLEN ? seq : args;
+    const int i0 = tile.m_block * G::BM, h = tile.h, b = tile.b;
     const int hk = h / a.group;
     const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
     const T *q = (const T *)a.q, *k = (const T *)a.k, *v = (const T *)a.v, *dout = (const T *)a.dout;
@@ -201,28 +220,31 @@ __global__ void __launch_bounds__(CORES_THREADS) cores_dq_kernel(const fw_bwd_ar
 /* Shared memory of either kernel, bytes. */
 template <class Cfg> constexpr size_t cores_smem_bytes() { return (size_t)cores_geom<Cfg>::SMEM_FLOATS * sizeof(float); }
 
-/* Host: the dK/dV kernel, then in the deterministic mode the dQ kernel. */
-template <typename T, class Cfg> static cudaError_t cores_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s)
+/* Host: the dK/dV kernel, then in the deterministic mode the dQ kernel; VARLEN: on a ragged batch (a->seqs). */
+template <typename T, class Cfg, bool VARLEN = false>
+static cudaError_t cores_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s)
 {
     typedef cores_geom<Cfg> G;
     const size_t smem = cores_smem_bytes<Cfg>();
     cudaError_t e;
     const dim3 block(CORES_THREADS);
-    const dim3 grid_kv((unsigned)((a->Lk + G::BN - 1) / G::BN), (unsigned)a->Hkv, (unsigned)a->B);
+    const dim3 grid_kv = VARLEN ? dim3(ragged_blocks<G::BN, true>(a->seqs, a->Hkv))
+                                : dim3((unsigned)((a->Lk + G::BN - 1) / G::BN), (unsigned)a->Hkv, (unsigned)a->B);
     if (atomic_dq) {
-        e = fw_cuda_smem_limit<cores_dkdv_kernel<T, Cfg, dq_mode::atomic>>(smem);
+        e = fw_cuda_smem_limit<cores_dkdv_kernel<T, Cfg, dq_mode::atomic, VARLEN>>(smem);
         if (e != cudaSuccess) return e;
-        cores_dkdv_kernel<T, Cfg, dq_mode::atomic><<<grid_kv, block, smem, s>>>(*a);
+        cores_dkdv_kernel<T, Cfg, dq_mode::atomic, VARLEN><<<grid_kv, block, smem, s>>>(*a);
         return fw_cuda_launch_error();
     }
-    e = fw_cuda_smem_limit<cores_dkdv_kernel<T, Cfg, dq_mode::deterministic>>(smem);
+    e = fw_cuda_smem_limit<cores_dkdv_kernel<T, Cfg, dq_mode::deterministic, VARLEN>>(smem);
     if (e != cudaSuccess) return e;
-    cores_dkdv_kernel<T, Cfg, dq_mode::deterministic><<<grid_kv, block, smem, s>>>(*a);
+    cores_dkdv_kernel<T, Cfg, dq_mode::deterministic, VARLEN><<<grid_kv, block, smem, s>>>(*a);
     if ((e = fw_cuda_launch_error()) != cudaSuccess) return e;
-    e = fw_cuda_smem_limit<cores_dq_kernel<T, Cfg>>(smem);
+    e = fw_cuda_smem_limit<cores_dq_kernel<T, Cfg, VARLEN>>(smem);
     if (e != cudaSuccess) return e;
-    const dim3 grid_q((unsigned)((a->Lq + G::BM - 1) / G::BM), (unsigned)a->H, (unsigned)a->B);
-    cores_dq_kernel<T, Cfg><<<grid_q, block, smem, s>>>(*a);
+    const dim3 grid_q = VARLEN ? dim3(ragged_blocks<G::BM, false>(a->seqs, a->H))
+                               : dim3((unsigned)((a->Lq + G::BM - 1) / G::BM), (unsigned)a->H, (unsigned)a->B);
+    cores_dq_kernel<T, Cfg, VARLEN><<<grid_q, block, smem, s>>>(*a);
     return fw_cuda_launch_error();
 }
 

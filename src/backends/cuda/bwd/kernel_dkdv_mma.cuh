@@ -20,7 +20,8 @@
  * masked per element (P = 0), which also keeps exp2 from overflowing on the zero-filled keys. Query tiles outside
  * the causal/window band are never visited. Every key row of dK/dV is written (zeros where no query sees it).
  *
- * C: a configuration (kernel_common.cuh: kv_kernel::mma) with D, BM, WARPS, QS. */
+ * C: a configuration (kernel_common.cuh: kv_kernel::mma) with D, BM, WARPS, QS. VARLEN: a ragged batch, one block
+ * per key block of each sequence (kernel_common.cuh: ragged_block). */
 #ifndef FW_BWD_KERNEL_DKDV_MMA_CUH
 #define FW_BWD_KERNEL_DKDV_MMA_CUH
 
@@ -43,8 +44,8 @@ template <class C, dq_mode DQ> struct dkdv_geom {
     static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + DS_BYTES;
 };
 
-template <typename T, class C, dq_mode DQ>
-__global__ void __launch_bounds__(C::WARPS * 32) dkdv_mma_kernel(const fw_bwd_tc_params p)
+template <typename T, class C, dq_mode DQ, bool VARLEN = false>
+__global__ void __launch_bounds__(C::WARPS * 32) dkdv_mma_kernel(const fw_bwd_tc_params args)
 {
     using namespace fwparts;
     using G = dkdv_geom<C, DQ>;
@@ -66,10 +67,17 @@ __global__ void __launch_bounds__(C::WARPS * 32) dkdv_mma_kernel(const fw_bwd_tc
     const float *stat_f = reinterpret_cast<const float *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES);
     T *dS_t = reinterpret_cast<T *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES + 2 * G::STAT_BYTES);
 
+    fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN)
+        if (!ragged_block<T, BN, true>(args, false, seq, tile)) return;
+    const fw_bwd_tc_params &p = VARLEN ? seq : args;
+
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     kv_block<T, D, NT, BN, BM> kb;
-    kb.init(p, sK, sV, tid);
+    if constexpr (VARLEN) kb.init_at(p, tile, sK, sV, tid);
+    else kb.init(p, sK, sV, tid);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
     if (total > 0) kb.load_stage(p, 0, 0, sStage, sStat, tid);
     cp_async_commit();

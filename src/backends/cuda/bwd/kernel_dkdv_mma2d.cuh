@@ -9,7 +9,8 @@
  * Two barriers per step (after the Pᵀ/dSᵀ stores; at the top, before the stage and Pᵀ/dSᵀ are reused).
  * Boundaries as kernel_dkdv_mma.cuh.
  *
- * C: a configuration (kernel_common.cuh: kv_kernel::mma2d) with D, BM (64), WARPS (8). */
+ * C: a configuration (kernel_common.cuh: kv_kernel::mma2d) with D, BM (64), WARPS (8). VARLEN: a ragged batch
+ * (kernel_common.cuh: ragged_block). */
 #ifndef FW_BWD_KERNEL_DKDV_MMA2D_CUH
 #define FW_BWD_KERNEL_DKDV_MMA2D_CUH
 
@@ -32,8 +33,8 @@ template <class C> struct dkdv_mma2d_geom {
     static constexpr size_t SMEM = KV_BYTES + 2 * STAGE_BYTES + 2 * STAT_BYTES + PS_BYTES;
 };
 
-template <typename T, class C, dq_mode DQ>
-__global__ void __launch_bounds__(256) dkdv_mma2d_kernel(const fw_bwd_tc_params p)
+template <typename T, class C, dq_mode DQ, bool VARLEN = false>
+__global__ void __launch_bounds__(256) dkdv_mma2d_kernel(const fw_bwd_tc_params args)
 {
     using namespace fwparts;
     using G = dkdv_mma2d_geom<C>;
@@ -55,10 +56,17 @@ __global__ void __launch_bounds__(256) dkdv_mma2d_kernel(const fw_bwd_tc_params 
     T *P_t = reinterpret_cast<T *>(smem_raw + G::KV_BYTES + 2 * G::STAGE_BYTES + 2 * G::STAT_BYTES);
     T *dS_t = P_t + BN * SP;
 
+    fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN)
+        if (!ragged_block<T, BN, true>(args, false, seq, tile)) return;
+    const fw_bwd_tc_params &p = VARLEN ? seq : args;
+
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     kv_block<T, D, NT, BN, BM> kb;
-    kb.init(p, sK, sV, tid);
+    if constexpr (VARLEN) kb.init_at(p, tile, sK, sV, tid);
+    else kb.init(p, sK, sV, tid);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
     if (total > 0) kb.load_stage(p, 0, 0, sStage, sStat, tid);
     cp_async_commit();

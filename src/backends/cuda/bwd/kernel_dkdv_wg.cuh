@@ -7,7 +7,8 @@
  * each warpgroup adds the part from its own 64 keys, so the warpgroups never wait for each other. OVERLAP
  * (deterministic, 3 stages): dkdv_overlapped's schedule.
  *
- * C: a configuration (kernel_common.cuh: kv_kernel::wg) with D, BM, STAGES, OVERLAP. */
+ * C: a configuration (kernel_common.cuh: kv_kernel::wg) with D, BM, STAGES, OVERLAP. VARLEN: a ragged batch
+ * (kernel_common.cuh: ragged_block). */
 #ifndef FW_BWD_KERNEL_DKDV_WG_CUH
 #define FW_BWD_KERNEL_DKDV_WG_CUH
 
@@ -31,8 +32,8 @@ template <class C, dq_mode DQ> struct dkdv_wg_geom {
         1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + ((ST * STAT_BYTES + 1023) & ~1023u) + DS_BYTES;
 };
 
-template <typename T, class C, dq_mode DQ>
-__global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params p)
+template <typename T, class C, dq_mode DQ, bool VARLEN = false>
+__global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params args)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = dkdv_wg_geom<C, DQ>;
@@ -52,11 +53,18 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params 
     const uint32_t sdS = sStat + ((G::ST * G::STAT_BYTES + 1023) & ~1023u);
     const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
 
+    fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN)
+        if (!ragged_block<T, BN, true>(args, false, seq, tile)) return;
+    const fw_bwd_tc_params &p = VARLEN ? seq : args;
+
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wgc = warp >> 2, g = lane >> 2, t4 = lane & 3;
 
     key_block<BN, BM> kb;
-    kb.init(p);
+    if constexpr (VARLEN) kb.init_at(p, tile.m_block, tile.h, tile.b);
+    else kb.init(p);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
     {
         const T *kg = head_base<T>(p.k, p.k_s, b, hk);
@@ -164,7 +172,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params 
 
     w.store(p, n0, b, hk);
 #else
-    (void)p;
+    (void)args;
     __trap(); /* sm_90a only: heuristics.cu picks it on compute capability 9.0 only */
 #endif
 }

@@ -5,7 +5,8 @@
  *     S = Q Kᵀ, dP = dO Vᵀ, P = exp2(scale·log2e·S − lse2), dS = P ∘ (dP − Δ), dQ += dS K
  * in registers (the forward kernel's shape); no atomics anywhere, bit-identical run to run.
  *
- * C: a configuration (kernel_common.cuh: dq_kernel::mma) with D, WARPS, MT, BN. */
+ * C: a configuration (kernel_common.cuh: dq_kernel::mma) with D, WARPS, MT, BN. VARLEN: a ragged batch, one block
+ * per query block of each sequence, the last first under a window (kernel_common.cuh: ragged_block). */
 #ifndef FW_BWD_KERNEL_DQ_MMA_CUH
 #define FW_BWD_KERNEL_DQ_MMA_CUH
 
@@ -24,8 +25,8 @@ template <class C> struct dq_geom {
     static constexpr size_t SMEM = (size_t)(2 * BM + 2 * 2 * BN) * SD * 2; /* Q, dO; 2 stages of K, V */
 };
 
-template <typename T, class C>
-__global__ void __launch_bounds__(C::WARPS * 32) dq_mma_kernel(const fw_bwd_tc_params p)
+template <typename T, class C, bool VARLEN = false>
+__global__ void __launch_bounds__(C::WARPS * 32) dq_mma_kernel(const fw_bwd_tc_params args)
 {
     using namespace fwparts;
     using G = dq_geom<C>;
@@ -39,9 +40,15 @@ __global__ void __launch_bounds__(C::WARPS * 32) dq_mma_kernel(const fw_bwd_tc_p
     const uint32_t sdO = sQ + BM * SD * 2;
     const uint32_t sKV = sdO + BM * SD * 2; /* stage s: K at +2s·TILE, V at +(2s+1)·TILE */
 
+    fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN)
+        if (!ragged_block<T, BM, false>(args, args.has_window != 0, seq, tile)) return;
+    const fw_bwd_tc_params &p = VARLEN ? seq : args;
+
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const query_block blk = dq_block<BM, BN>(p);
+    const query_block blk = VARLEN ? query_block::at<BM, BN>(p, tile) : dq_block<BM, BN>(p);
     const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
     const T *qg = head_base<T>(p.q, p.q_s, b, h);

@@ -2,7 +2,8 @@
  * warpgroups loading K and V one tile ahead into a ring of STAGES (the last tile's products overlap the next
  * tile's element-wise work, as in the forward).
  *
- * C: a configuration (kernel_common.cuh: dq_kernel::wg) with D, BN, STAGES. */
+ * C: a configuration (kernel_common.cuh: dq_kernel::wg) with D, BN, STAGES. VARLEN: a ragged batch, one block per
+ * query block of each sequence, the last first under a window (kernel_common.cuh: ragged_block). */
 #ifndef FW_BWD_KERNEL_DQ_WG_CUH
 #define FW_BWD_KERNEL_DQ_WG_CUH
 
@@ -11,8 +12,8 @@
 
 namespace fwbwd {
 
-template <typename T, class C>
-__global__ void __launch_bounds__(256, 1) dq_wg_kernel(const fw_bwd_tc_params p)
+template <typename T, class C, bool VARLEN = false>
+__global__ void __launch_bounds__(256, 1) dq_wg_kernel(const fw_bwd_tc_params args)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = dq_wg_geom<C>;
@@ -23,8 +24,14 @@ __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const fw_bwd_tc_params p)
     const uint32_t base = smem_base_1024(smem_raw);
     const uint32_t sQ = base, sdO = sQ + G::QD_BYTES, sK = sdO + G::QD_BYTES, sV = sK + ST * G::KV_BYTES;
 
+    fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
+    fwparts::tile_coord tile;
+    if constexpr (VARLEN)
+        if (!ragged_block<T, BM, false>(args, args.has_window != 0, seq, tile)) return;
+    const fw_bwd_tc_params &p = VARLEN ? seq : args;
+
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const query_block blk = dq_block<BM, BN>(p);
+    const query_block blk = VARLEN ? query_block::at<BM, BN>(p, tile) : dq_block<BM, BN>(p);
     const int m0 = blk.m0, h = blk.h, b = blk.b, hk = blk.hk, n_begin = blk.n_begin, n_tiles = blk.n_tiles;
 
     const T *qg = head_base<T>(p.q, p.q_s, b, h);
@@ -96,7 +103,7 @@ __global__ void __launch_bounds__(256, 1) dq_wg_kernel(const fw_bwd_tc_params p)
     cp_async_wait<0>();
     w.store(p, m0, b, h);
 #else
-    (void)p;
+    (void)args;
     __trap();
 #endif
 }

@@ -27,6 +27,17 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block : fwparts::
     __device__ __forceinline__ void init(const fw_bwd_tc_params &p, uint32_t sK, uint32_t sV, int tid)
     {
         fwparts::key_block<BN, BM>::init(p);
+        load_kv(p, sK, sV, tid);
+    }
+    /* The same for a given tile (a ragged batch's: p then describes its sequence alone). */
+    __device__ __forceinline__ void init_at(const fw_bwd_tc_params &p, const fwparts::tile_coord &t, uint32_t sK,
+                                            uint32_t sV, int tid)
+    {
+        fwparts::key_block<BN, BM>::init_at(p, t.m_block, t.h, t.b);
+        load_kv(p, sK, sV, tid);
+    }
+    __device__ __forceinline__ void load_kv(const fw_bwd_tc_params &p, uint32_t sK, uint32_t sV, int tid)
+    {
         const T *kg = head_base<T>(p.k, p.k_s, this->b, this->hk);
         const T *vg = head_base<T>(p.v, p.v_s, this->b, this->hk);
         fwparts::tile_cursor<T, D, NT> c;

@@ -78,64 +78,73 @@ static inline fw_bwd_tc_params make_tc_params(const fw_bwd_args *a)
     p.wl = (int)wl; p.wr = (int)wr; p.off = (int)a->off;
     p.scale = a->scale;
     p.scale_log2 = a->scale * 1.4426950408889634f;
+    p.seqs = a->seqs;
     return p;
 }
 
-/* The dK/dV kernel of KV in mode DQM on grid_kv. */
-template <typename T, class KV, dq_mode DQM>
+/* The dK/dV kernel of KV in mode DQM on grid_kv (VARLEN: on a ragged batch). */
+template <typename T, class KV, dq_mode DQM, bool VARLEN = false>
 static cudaError_t launch_dkdv(const fw_bwd_tc_params &p, const dim3 &grid_kv, cudaStream_t s)
 {
     cudaError_t e;
     if constexpr (KV::KIND == kv_kernel::wg || KV::KIND == kv_kernel::ws) {
         using W = typename std::conditional<DQM == dq_mode::atomic, typename KV::ATOMIC_KV, typename kv_wg_of<KV>::type>::type;
         const size_t smem = dkdv_wg_geom<W, DQM>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, W, DQM>>(smem)) != cudaSuccess) return e;
-        dkdv_wg_kernel<T, W, DQM><<<grid_kv, 256, smem, s>>>(p);
+        if ((e = fw_cuda_smem_limit<dkdv_wg_kernel<T, W, DQM, VARLEN>>(smem)) != cudaSuccess) return e;
+        dkdv_wg_kernel<T, W, DQM, VARLEN><<<grid_kv, 256, smem, s>>>(p);
     } else if constexpr (KV::KIND == kv_kernel::mma2d) {
         const size_t smem = dkdv_mma2d_geom<KV>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_mma2d_kernel<T, KV, DQM>>(smem)) != cudaSuccess) return e;
-        dkdv_mma2d_kernel<T, KV, DQM><<<grid_kv, 256, smem, s>>>(p);
+        if ((e = fw_cuda_smem_limit<dkdv_mma2d_kernel<T, KV, DQM, VARLEN>>(smem)) != cudaSuccess) return e;
+        dkdv_mma2d_kernel<T, KV, DQM, VARLEN><<<grid_kv, 256, smem, s>>>(p);
     } else {
         const size_t smem = dkdv_geom<KV, DQM>::SMEM;
-        if ((e = fw_cuda_smem_limit<dkdv_mma_kernel<T, KV, DQM>>(smem)) != cudaSuccess) return e;
-        dkdv_mma_kernel<T, KV, DQM><<<grid_kv, KV::WARPS * 32, smem, s>>>(p);
+        if ((e = fw_cuda_smem_limit<dkdv_mma_kernel<T, KV, DQM, VARLEN>>(smem)) != cudaSuccess) return e;
+        dkdv_mma_kernel<T, KV, DQM, VARLEN><<<grid_kv, KV::WARPS * 32, smem, s>>>(p);
     }
     return fw_cuda_launch_error();
 }
 
-/* The deterministic mode's dQ kernel of DQ. */
-template <typename T, class DQ> static cudaError_t launch_dq(const fw_bwd_tc_params &p, cudaStream_t s)
+/* The deterministic mode's dQ kernel of DQ (VARLEN: on a ragged batch). */
+template <typename T, class DQ, bool VARLEN = false> static cudaError_t launch_dq(const fw_bwd_tc_params &p, cudaStream_t s)
 {
     cudaError_t e;
     if constexpr (DQ::KIND == dq_kernel::ws) {
+        static_assert(!VARLEN, "a ragged batch's rows past a sequence need the cp.async loads' zero fill");
         return dq_ws_launch<T, DQ>(p, s); /* its cp.async fallback where a tensor map is refused */
     } else if constexpr (DQ::KIND == dq_kernel::wg) {
         using G = dq_wg_geom<DQ>;
-        if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, DQ>>(G::SMEM)) != cudaSuccess) return e;
-        const dim3 grid_q((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
-        dq_wg_kernel<T, DQ><<<grid_q, 256, G::SMEM, s>>>(p);
+        if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, DQ, VARLEN>>(G::SMEM)) != cudaSuccess) return e;
+        const dim3 grid_q = VARLEN ? dim3(ragged_blocks<G::BM, false>(p.seqs, p.H))
+                                   : dim3((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
+        dq_wg_kernel<T, DQ, VARLEN><<<grid_q, 256, G::SMEM, s>>>(p);
     } else {
         using G = dq_geom<DQ>;
-        if ((e = fw_cuda_smem_limit<dq_mma_kernel<T, DQ>>(G::SMEM)) != cudaSuccess) return e;
-        const dim3 grid_q((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
-        dq_mma_kernel<T, DQ><<<grid_q, DQ::WARPS * 32, G::SMEM, s>>>(p);
+        if ((e = fw_cuda_smem_limit<dq_mma_kernel<T, DQ, VARLEN>>(G::SMEM)) != cudaSuccess) return e;
+        const dim3 grid_q = VARLEN ? dim3(ragged_blocks<G::BM, false>(p.seqs, p.H))
+                                   : dim3((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
+        dq_mma_kernel<T, DQ, VARLEN><<<grid_q, DQ::WARPS * 32, G::SMEM, s>>>(p);
     }
     return fw_cuda_launch_error();
 }
 
-/* A tensor-core record (fw_bwd_launch_fn): dK/dV configuration KV, dQ configuration DQ. */
-template <typename T, class KV, class DQ> static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s)
+/* A tensor-core record (fw_bwd_launch_fn): dK/dV configuration KV, dQ configuration DQ. VARLEN: on a ragged batch
+ * (a->seqs), one grid over every sequence; its loads must zero-fill past a sequence's rows, so the producer
+ * warpgroup's TMA kernels (ws) do not run it (scripts/gen_kernels.py gives those records no varlen launch). */
+template <typename T, class KV, class DQ, bool VARLEN = false>
+static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s)
 {
     const fw_bwd_tc_params p = make_tc_params(a);
     constexpr int BN = kv_block_keys<KV>();
-    const dim3 grid_kv((unsigned)((p.Lk + BN - 1) / BN), (unsigned)(p.H / p.group), (unsigned)p.B);
-    if (atomic_dq) return launch_dkdv<T, KV, dq_mode::atomic>(p, grid_kv, s);
+    static_assert(!VARLEN || KV::KIND != kv_kernel::ws, "a ragged batch runs the cp.async kernels");
+    const dim3 grid_kv = VARLEN ? dim3(ragged_blocks<BN, true>(p.seqs, p.H / p.group))
+                                : dim3((unsigned)((p.Lk + BN - 1) / BN), (unsigned)(p.H / p.group), (unsigned)p.B);
+    if (atomic_dq) return launch_dkdv<T, KV, dq_mode::atomic, VARLEN>(p, grid_kv, s);
     cudaError_t e;
     int ws = 0;
     if constexpr (KV::KIND == kv_kernel::ws) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
         if ((e = dkdv_ws_launch<T, KV>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
-    if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic>(p, grid_kv, s)) != cudaSuccess) return e;
-    return launch_dq<T, DQ>(p, s);
+    if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic, VARLEN>(p, grid_kv, s)) != cudaSuccess) return e;
+    return launch_dq<T, DQ, VARLEN>(p, s);
 }
 
 } /* namespace fwbwd */

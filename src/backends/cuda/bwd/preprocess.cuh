@@ -3,16 +3,22 @@
  *
  * Before: Δ_i = rowsum(dO_i ∘ O_i) in f32, FW_BWD_DELTA_LANES lanes per row, into a workspace (B, H, Lq); for the
  * tensor-core kernels also lse2_i = LSE_i · log2 e (softmax.cuh: +inf where LSE = −inf, so that P = 0 there).
- * After, in the atomic dQ mode: the f32 dQ accumulator (B, H, Lq, D) into dq in its dtype and strides. */
+ * After, in the atomic dQ mode: the f32 dQ accumulator (B, H, Lq, D) into dq in its dtype and strides.
+ * Ragged batches (fw_bwd_seqs): the same per sequence-major row (kernel_common.cuh: seq_problem), on a grid over
+ * every sequence's blocks of FW_BWD_DELTA_ROWS query rows (parts/scheduler.cuh), the LSE read from the forward's
+ * (H, total_q) layout and written sequence-major as the kernels read it (lse2, or for the CUDA-core records the
+ * LSE itself). */
 #ifndef FW_BWD_PREPROCESS_CUH
 #define FW_BWD_PREPROCESS_CUH
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "backends/cuda/bwd/params.h"
 #include "backends/cuda/common/cuda_common.h"
+#include "backends/cuda/parts/scheduler.cuh"
 #include "backends/cuda/parts/softmax.cuh"
 
 /* One element as f32, and back rounded to the nearest. */
@@ -121,10 +127,73 @@ __global__ void __launch_bounds__(256) fw_bwd_delta_kernel(const fw_bwd_delta_ar
     }
 }
 
-/* Launches fw_bwd_delta_kernel for p on s (lse2 may be NULL); the caller checks the launch. */
+/* A ragged batch's Δ and LSE (stats_log2: as lse2, else as it is) at sequence-major rows: grid over (slot of
+ * FW_BWD_DELTA_ROWS rows, head); lse: the forward's (H, total_q). */
+struct fw_bwd_delta_varlen_args {
+    const void *o, *dout;
+    long long o_s[3], do_s[3];
+    const float *lse;
+    float *delta, *stats;
+    fw_bwd_seqs seqs;
+    int H, max_q, max_k, D, vec, stats_log2;
+};
+
 template <typename T>
-static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *lse2, cudaStream_t s)
+__global__ void __launch_bounds__(256) fw_bwd_delta_varlen_kernel(const fw_bwd_delta_varlen_args a)
 {
+    fwparts::tile_coord t;
+    fwparts::seq_span q;
+    if (!fwparts::varlen_tile_scheduler::get_tile<FW_BWD_DELTA_ROWS>(a.seqs, a.H, a.max_q, a.max_k, false, t, q)) return;
+    const int sub = threadIdx.x % FW_BWD_DELTA_LANES;
+    const int i = t.m_block * FW_BWD_DELTA_ROWS + threadIdx.x / FW_BWD_DELTA_LANES, h = t.h;
+    const bool live = i < q.lq;
+    const long long row = q.q_row0 + i; /* in the packed tensors */
+    const T *orow = (const T *)a.o + (long long)h * a.o_s[1] + row * a.o_s[2];
+    const T *drow = (const T *)a.dout + (long long)h * a.do_s[1] + row * a.do_s[2];
+    const float sum = fw_bwd_row_delta<T>(orow, drow, live ? a.D : 0, sub, a.vec);
+    if (live && sub == 0) {
+        const long long w = (long long)a.H * q.q_row0 + (long long)h * q.lq + i;
+        a.delta[w] = sum;
+        const float l = a.lse[(long long)h * a.seqs.total_q + row];
+        a.stats[w] = a.stats_log2 ? fwparts::softmax_lse2(l) : l;
+    }
+}
+
+/* Launches the preprocess for p on s, Δ into delta and, where stats is not NULL, lse2 into it; a ragged batch
+ * (stats required) writes both sequence-major, stats as lse2 (stats_log2) or as the LSE itself (the CUDA-core
+ * records'). The caller checks the launch. */
+template <typename T>
+static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *stats, cudaStream_t s, int stats_log2 = 1)
+{
+    if (p->kind == FW_CALL_VARLEN) {
+        fw_bwd_delta_varlen_args a;
+        memset(&a, 0, sizeof a);
+        a.o = p->o;
+        a.dout = p->dout;
+        for (int i = 0; i < 3; i++) {
+            a.o_s[i] = p->o_stride[i];
+            a.do_s[i] = p->do_stride[i];
+        }
+        a.lse = p->lse;
+        a.delta = delta;
+        a.stats = stats;
+        a.stats_log2 = stats_log2;
+        a.seqs.cu_q = p->cu_seqlens_q;
+        a.seqs.cu_k = p->cu_seqlens_k;
+        a.seqs.total_q = p->total_q;
+        a.seqs.total_k = p->total_k;
+        a.seqs.batch = (int)p->batch;
+        a.H = (int)p->heads;
+        a.max_q = (int)p->seqlen_q;
+        a.max_k = (int)p->seqlen_k;
+        a.D = (int)p->head_dim;
+        a.vec = fw_bwd_rows_vec16<T>(p->o, p->o_stride, 1, p->heads, p->total_q, p->head_dim) &&
+                fw_bwd_rows_vec16<T>(p->dout, p->do_stride, 1, p->heads, p->total_q, p->head_dim);
+        const int64_t blocks = fwparts::varlen_tile_scheduler::blocks(p->total_q, p->batch, p->heads, FW_BWD_DELTA_ROWS);
+        fw_bwd_delta_varlen_kernel<T><<<(unsigned)blocks, 256, 0, s>>>(a);
+        return;
+    }
+
     fw_bwd_delta_args a;
     a.o = p->o;
     a.dout = p->dout;
@@ -134,7 +203,7 @@ static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *lse2, 
     }
     a.lse = p->lse;
     a.delta = delta;
-    a.lse2 = lse2;
+    a.lse2 = stats;
     a.H = (int)p->heads;
     a.Lq = (int)p->seqlen_q;
     a.D = (int)p->head_dim;
@@ -158,6 +227,38 @@ __global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_arg
         const long long h = bh % a.H, b = bh / a.H;
         fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d, a.dq_acc[idx]);
     }
+}
+
+/* The same for a ragged batch (a.seqs; the accumulator sequence-major): grid over (slot of FW_BWD_DELTA_ROWS rows,
+ * head), each block its rows' D columns. */
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_dq_convert_varlen_kernel(const fw_bwd_args a)
+{
+    fwparts::tile_coord t;
+    fwparts::seq_span q;
+    if (!fwparts::varlen_tile_scheduler::get_tile<FW_BWD_DELTA_ROWS>(a.seqs, a.H, a.Lq, a.Lk, false, t, q)) return;
+    const int i0 = t.m_block * FW_BWD_DELTA_ROWS;
+    const int rows = min(FW_BWD_DELTA_ROWS, q.lq - i0);
+    const float *acc = a.dq_acc + ((long long)a.H * q.q_row0 + (long long)t.h * q.lq + i0) * a.D;
+    T *dq = (T *)a.dq + (q.q_row0 + i0) * a.dq_s[2] + (long long)t.h * a.dq_s[1];
+    for (int idx = threadIdx.x; idx < rows * a.D; idx += blockDim.x) {
+        const int r = idx / a.D, d = idx % a.D;
+        fw_bwd_io<T>::st(dq + (long long)r * a.dq_s[2] + d, acc[idx]);
+    }
+}
+
+/* Atomic mode's conversion of a's accumulator into dq for p (dense or ragged) on s; the caller checks the launch. */
+template <typename T> static void fw_bwd_launch_dq_convert(const fw_problem *p, const fw_bwd_args *a, cudaStream_t s)
+{
+    if (p->kind == FW_CALL_VARLEN) {
+        const int64_t blocks = fwparts::varlen_tile_scheduler::blocks(p->total_q, p->batch, p->heads, FW_BWD_DELTA_ROWS);
+        fw_bwd_dq_convert_varlen_kernel<T><<<(unsigned)blocks, 256, 0, s>>>(*a);
+        return;
+    }
+    long long n = (long long)a->B * a->H * a->Lq * a->D, blocks = (n + 255) / 256;
+    if (blocks < 1) blocks = 1;
+    if (blocks > (1 << 20)) blocks = 1 << 20; /* grid-stride beyond */
+    fw_bwd_dq_convert_kernel<T><<<(unsigned)blocks, 256, 0, s>>>(*a);
 }
 
 #endif

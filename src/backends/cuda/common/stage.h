@@ -32,9 +32,9 @@ int fw_stage_allowed(const fw_problem *p, char *why, size_t why_len);
  * The staged tensors' pointers are placeholders (16-byte aligned, never dereferenced): the shape is for
  * supports() and configs(). */
 void fw_stage_shape(const fw_problem *p, fw_problem *s);
-/* 1 where the CUDA backward stages p: p needs staging and the tensor-core kernels take the staged problem (under
- * the knobs) but not p. Elsewhere (f32, head_dim above 128, FW_CUDA_BWD_TC=0) the CUDA-core kernels read any
- * head dim and stride in place. */
+/* 1 where the CUDA backward stages p: a dense p needs staging and the tensor-core kernels take the staged problem
+ * (under the knobs) but not p. Elsewhere (f32, head_dim above 128, FW_CUDA_BWD_TC=0, ragged batches) the CUDA-core
+ * kernels read any head dim and stride in place. */
 int fw_stage_backward_wanted(const fw_problem *p, const fw_knobs *k);
 
 /* Stages p's tensors, runs body on the staged problem with cfg and ex, and copies its outputs back (only when

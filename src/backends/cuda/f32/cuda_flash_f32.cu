@@ -11,7 +11,12 @@
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
+    if (fw_problem_ragged_backward(p)) { /* the CUDA backward's ragged kernels (bwd/cuda_backward.cu) */
+        if (p->dtype != FW_F32)
+            return fw_why(why, why_len, "cuda-flash-f32 takes float32 only (got %s; cuda-flash runs 16-bit)",
+                          fw_dtype_name(p->dtype));
+        return fw_cuda_backward_supports(p, why, why_len);
+    }
     if (p->kind != FW_CALL_DENSE) return fw_srv_f32_supports(p, why, why_len); /* serving/serving_f32.cu */
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");
     if (p->dtype != FW_F32)
@@ -30,11 +35,12 @@ static int supports_(const fw_problem *p, char *why, size_t why_len)
     return 1;
 }
 
-/* Ragged and cached calls run the serving path's f32 kernel; backward problems list the backward's configurations. */
+/* Backward problems (ragged ones too) list the backward's configurations; ragged and cached forwards run the serving
+ * path's f32 kernel. */
 static int configs_(const fw_problem *p, fw_config *out, int max)
 {
-    if (p->kind != FW_CALL_DENSE) return fw_srv_f32_configs(p, out, max);
     if (p->dq) return fw_bwd_configs(p, out, max);
+    if (p->kind != FW_CALL_DENSE) return fw_srv_f32_configs(p, out, max);
     return fw_f32_configs(p, out, max);
 }
 

@@ -13,7 +13,12 @@
 
 static int flash_supports(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
+    if (fw_problem_ragged_backward(p)) { /* the CUDA backward's ragged kernels, in place (bwd/cuda_backward.cu) */
+        if (p->dtype != FW_F16 && p->dtype != FW_BF16)
+            return fw_why(why, why_len, "cuda-flash takes f16 or bf16 tensors, these are %s (f32 runs on cuda-flash-f32)",
+                          fw_dtype_name(p->dtype));
+        return fw_cuda_backward_supports(p, why, why_len);
+    }
     fw_problem staged;
     if (fw_stage_needed(p)) { /* judged as it runs: staged, every row 16-byte aligned */
         if (!fw_stage_allowed(p, why, why_len)) return 0;

@@ -5,6 +5,8 @@
 extern "C" {
 cudaError_t fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_bm64_w8_qs32_dq_w4_mt2_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_bm64_w8_qs32_dq_w4_mt2_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_bm64_w4_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
@@ -21,6 +23,8 @@ cudaError_t fw_bwd_d64_wg_bm128_dq_wg_bn128_f16(const fw_bwd_args *a, int atomic
 cudaError_t fw_bwd_d64_wg_bm128_dq_wg_bn128_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_ws_bn128_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_ws_bn128_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
@@ -28,80 +32,118 @@ cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16(const fw_bwd_args *a, int atomic
 cudaError_t fw_bwd_d64_cores_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_cores_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_qs32_dq_w4_mt1_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_qs32_dq_w4_mt1_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm32_w8_dq_w4_mt1_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm32_w8_dq_w4_mt1_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_dq_w4_mt2_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_dq_wg_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_dq_wg_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_cores_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_cores_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 }
 
 /* name, kernel, arch, d, bm, bn, warps, stages, sub_m, dq_kernel, dq_warps, dq_mt, dq_bn,
- * smem_atomic, smem_deterministic, f32, f16, bf16 */
+ * smem_atomic, smem_deterministic, f32, f16, bf16, varlen_f32, varlen_f16, varlen_bf16 */
 extern "C" const fw_bwd_record fw_bwd_records[] = {
     {"bm64-w4-qs32-dq-w4-mt2-bn32", FW_BWD_MMA, 80, 64, 64, 64, 4, 2, 32, FW_BWD_DQ_MMA, 4, 2, 32,
-     65536, 56320, NULL, fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_f16, fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_bf16},
+     65536, 56320, NULL, fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_f16, fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_bf16,
+     NULL, fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_f16_varlen, fw_bwd_d64_bm64_w4_qs32_dq_w4_mt2_bn32_bf16_varlen},
     {"bm64-w8-qs32-dq-w4-mt2-bn64", FW_BWD_MMA, 80, 64, 64, 128, 8, 2, 32, FW_BWD_DQ_MMA, 4, 2, 64,
-     93184, 74752, NULL, fw_bwd_d64_bm64_w8_qs32_dq_w4_mt2_bn64_f16, fw_bwd_d64_bm64_w8_qs32_dq_w4_mt2_bn64_bf16},
+     93184, 74752, NULL, fw_bwd_d64_bm64_w8_qs32_dq_w4_mt2_bn64_f16, fw_bwd_d64_bm64_w8_qs32_dq_w4_mt2_bn64_bf16,
+     NULL, NULL, NULL},
     {"bm64-w4-dq-w4-mt2-bn32", FW_BWD_MMA, 80, 64, 64, 64, 4, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32,
-     65536, 56320, NULL, fw_bwd_d64_bm64_w4_dq_w4_mt2_bn32_f16, fw_bwd_d64_bm64_w4_dq_w4_mt2_bn32_bf16},
+     65536, 56320, NULL, fw_bwd_d64_bm64_w4_dq_w4_mt2_bn32_f16, fw_bwd_d64_bm64_w4_dq_w4_mt2_bn32_bf16,
+     NULL, NULL, NULL},
     {"bm64-w8-dq-w4-mt1-bn64", FW_BWD_MMA, 80, 64, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 1, 64,
-     93184, 74752, NULL, fw_bwd_d64_bm64_w8_dq_w4_mt1_bn64_f16, fw_bwd_d64_bm64_w8_dq_w4_mt1_bn64_bf16},
+     93184, 74752, NULL, fw_bwd_d64_bm64_w8_dq_w4_mt1_bn64_f16, fw_bwd_d64_bm64_w8_dq_w4_mt1_bn64_bf16,
+     NULL, NULL, NULL},
     {"bm64-w8-2d-dq-w4-mt2-bn32", FW_BWD_MMA2D, 80, 64, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32,
-     111616, 111616, NULL, fw_bwd_d64_bm64_w8_2d_dq_w4_mt2_bn32_f16, fw_bwd_d64_bm64_w8_2d_dq_w4_mt2_bn32_bf16},
+     111616, 111616, NULL, fw_bwd_d64_bm64_w8_2d_dq_w4_mt2_bn32_f16, fw_bwd_d64_bm64_w8_2d_dq_w4_mt2_bn32_bf16,
+     NULL, NULL, NULL},
     {"wg-bm64-dq-w4-mt2-bn32", FW_BWD_WG, 90, 64, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32,
-     83968, 67584, NULL, fw_bwd_d64_wg_bm64_dq_w4_mt2_bn32_f16, fw_bwd_d64_wg_bm64_dq_w4_mt2_bn32_bf16},
+     83968, 67584, NULL, fw_bwd_d64_wg_bm64_dq_w4_mt2_bn32_f16, fw_bwd_d64_wg_bm64_dq_w4_mt2_bn32_bf16,
+     NULL, NULL, NULL},
     {"wg-bm64-dq-wg-bn64", FW_BWD_WG, 90, 64, 64, 128, 8, 2, 64, FW_BWD_DQ_WG, 8, 0, 64,
-     83968, 82944, NULL, fw_bwd_d64_wg_bm64_dq_wg_bn64_f16, fw_bwd_d64_wg_bm64_dq_wg_bn64_bf16},
+     83968, 82944, NULL, fw_bwd_d64_wg_bm64_dq_wg_bn64_f16, fw_bwd_d64_wg_bm64_dq_wg_bn64_bf16,
+     NULL, NULL, NULL},
     {"wg-bm128-dq-wg-bn128", FW_BWD_WG, 90, 64, 128, 128, 8, 2, 128, FW_BWD_DQ_WG, 8, 0, 128,
-     134144, 132096, NULL, fw_bwd_d64_wg_bm128_dq_wg_bn128_f16, fw_bwd_d64_wg_bm128_dq_wg_bn128_bf16},
+     134144, 132096, NULL, fw_bwd_d64_wg_bm128_dq_wg_bn128_f16, fw_bwd_d64_wg_bm128_dq_wg_bn128_bf16,
+     NULL, NULL, NULL},
     {"wg-bm64-ovl-dq-wg-bn128", FW_BWD_WG, 90, 64, 64, 128, 8, 3, 64, FW_BWD_DQ_WG, 8, 0, 128,
-     83968, 132096, NULL, fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_f16, fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_bf16},
+     83968, 132096, NULL, fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_f16, fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_bf16,
+     NULL, fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_f16_varlen, fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_bf16_varlen},
     {"wg-bm64-ovl-dq-ws-bn128", FW_BWD_WG, 90, 64, 64, 128, 8, 3, 64, FW_BWD_DQ_WS, 12, 0, 128,
-     83968, 132352, NULL, fw_bwd_d64_wg_bm64_ovl_dq_ws_bn128_f16, fw_bwd_d64_wg_bm64_ovl_dq_ws_bn128_bf16},
+     83968, 132352, NULL, fw_bwd_d64_wg_bm64_ovl_dq_ws_bn128_f16, fw_bwd_d64_wg_bm64_ovl_dq_ws_bn128_bf16,
+     NULL, NULL, NULL},
     {"ws-bm64-dq-ws-bn128", FW_BWD_WS, 90, 64, 64, 128, 12, 3, 64, FW_BWD_DQ_WS, 12, 0, 128,
-     83968, 132352, NULL, fw_bwd_d64_ws_bm64_dq_ws_bn128_f16, fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16},
+     83968, 132352, NULL, fw_bwd_d64_ws_bm64_dq_ws_bn128_f16, fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16,
+     NULL, NULL, NULL},
     {"cores", FW_BWD_CORES, 80, 64, 64, 64, 8, 1, 64, FW_BWD_DQ_CORES, 0, 0, 0,
-     111104, 111104, fw_bwd_d64_cores_f32, fw_bwd_d64_cores_f16, fw_bwd_d64_cores_bf16},
+     111104, 111104, fw_bwd_d64_cores_f32, fw_bwd_d64_cores_f16, fw_bwd_d64_cores_bf16,
+     fw_bwd_d64_cores_f32_varlen, fw_bwd_d64_cores_f16_varlen, fw_bwd_d64_cores_bf16_varlen},
     {"bm64-w8-dq-w4-mt2-bn32", FW_BWD_MMA, 80, 128, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32,
-     158720, 140288, NULL, fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_bf16},
+     158720, 140288, NULL, fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_bf16,
+     NULL, NULL, NULL},
     {"bm32-w4-dq-w4-mt2-bn32", FW_BWD_MMA, 80, 128, 32, 64, 4, 2, 32, FW_BWD_DQ_MMA, 4, 2, 32,
-     75264, 104448, NULL, fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_bf16},
+     75264, 104448, NULL, fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_bf16,
+     NULL, fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16_varlen, fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_bf16_varlen},
     {"bm64-w8-qs32-dq-w4-mt1-bn64", FW_BWD_MMA, 80, 128, 64, 128, 8, 2, 32, FW_BWD_DQ_MMA, 4, 1, 64,
-     158720, 140288, NULL, fw_bwd_d128_bm64_w8_qs32_dq_w4_mt1_bn64_f16, fw_bwd_d128_bm64_w8_qs32_dq_w4_mt1_bn64_bf16},
+     158720, 140288, NULL, fw_bwd_d128_bm64_w8_qs32_dq_w4_mt1_bn64_f16, fw_bwd_d128_bm64_w8_qs32_dq_w4_mt1_bn64_bf16,
+     NULL, NULL, NULL},
     {"bm32-w8-dq-w4-mt1-bn64", FW_BWD_MMA, 80, 128, 32, 128, 8, 2, 32, FW_BWD_DQ_MMA, 4, 1, 64,
-     115200, 104960, NULL, fw_bwd_d128_bm32_w8_dq_w4_mt1_bn64_f16, fw_bwd_d128_bm32_w8_dq_w4_mt1_bn64_bf16},
+     115200, 104960, NULL, fw_bwd_d128_bm32_w8_dq_w4_mt1_bn64_f16, fw_bwd_d128_bm32_w8_dq_w4_mt1_bn64_bf16,
+     NULL, NULL, NULL},
     {"bm64-w8-2d-dq-w4-mt2-bn32", FW_BWD_MMA2D, 80, 128, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32,
-     177152, 177152, NULL, fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_bf16},
+     177152, 177152, NULL, fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_bf16,
+     NULL, fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_f16_varlen, fw_bwd_d128_bm64_w8_2d_dq_w4_mt2_bn32_bf16_varlen},
     {"wg-bm64-dq-w4-mt2-bn32", FW_BWD_WG, 90, 128, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32,
-     149504, 133120, NULL, fw_bwd_d128_wg_bm64_dq_w4_mt2_bn32_f16, fw_bwd_d128_wg_bm64_dq_w4_mt2_bn32_bf16},
+     149504, 133120, NULL, fw_bwd_d128_wg_bm64_dq_w4_mt2_bn32_f16, fw_bwd_d128_wg_bm64_dq_w4_mt2_bn32_bf16,
+     NULL, NULL, NULL},
     {"wg-bm64-dq-wg-bn64", FW_BWD_WG, 90, 128, 64, 128, 8, 2, 64, FW_BWD_DQ_WG, 8, 0, 64,
-     149504, 164864, NULL, fw_bwd_d128_wg_bm64_dq_wg_bn64_f16, fw_bwd_d128_wg_bm64_dq_wg_bn64_bf16},
+     149504, 164864, NULL, fw_bwd_d128_wg_bm64_dq_wg_bn64_f16, fw_bwd_d128_wg_bm64_dq_wg_bn64_bf16,
+     NULL, NULL, NULL},
     {"wg-bm64-ovl-dq-wg-bn64", FW_BWD_WG, 90, 128, 64, 128, 8, 3, 64, FW_BWD_DQ_WG, 8, 0, 64,
-     149504, 166912, NULL, fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_f16, fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_bf16},
+     149504, 166912, NULL, fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_f16, fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_bf16,
+     NULL, fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_f16_varlen, fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_bf16_varlen},
     {"wg-bm64-ovl-dq-ws-bn64", FW_BWD_WG, 90, 128, 64, 128, 8, 3, 64, FW_BWD_DQ_WS, 12, 0, 64,
-     149504, 166912, NULL, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16},
+     149504, 166912, NULL, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16,
+     NULL, NULL, NULL},
     {"cores", FW_BWD_CORES, 80, 128, 32, 64, 8, 1, 32, FW_BWD_DQ_CORES, 0, 0, 0,
-     122112, 122112, fw_bwd_d128_cores_f32, fw_bwd_d128_cores_f16, fw_bwd_d128_cores_bf16},
+     122112, 122112, fw_bwd_d128_cores_f32, fw_bwd_d128_cores_f16, fw_bwd_d128_cores_bf16,
+     fw_bwd_d128_cores_f32_varlen, fw_bwd_d128_cores_f16_varlen, fw_bwd_d128_cores_bf16_varlen},
     {"cores", FW_BWD_CORES, 80, 256, 16, 32, 8, 1, 16, FW_BWD_DQ_CORES, 0, 0, 0,
-     106112, 106112, fw_bwd_d256_cores_f32, fw_bwd_d256_cores_f16, fw_bwd_d256_cores_bf16},
+     106112, 106112, fw_bwd_d256_cores_f32, fw_bwd_d256_cores_f16, fw_bwd_d256_cores_bf16,
+     fw_bwd_d256_cores_f32_varlen, fw_bwd_d256_cores_f16_varlen, fw_bwd_d256_cores_bf16_varlen},
 };
 extern "C" const int fw_bwd_nrecords = (int)(sizeof fw_bwd_records / sizeof fw_bwd_records[0]);

@@ -145,7 +145,7 @@ static size_t naive_ws_bytes(const fw_problem *p)
 
 static int supports_(const fw_problem *p, char *why, size_t why_len)
 {
-    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_ONLY_CPU);
+    if (fw_problem_ragged_backward(p)) return fw_why(why, why_len, "%s", FW_RAGGED_BACKWARD_WHERE);
     if (p->kind != FW_CALL_DENSE)
         return fw_why(why, why_len, "cuda-naive runs dense calls only (no ragged or KV-cache kernels)");
     if (p->device.kind != FW_DEVICE_CUDA) return fw_why(why, why_len, "tensors are not on a CUDA device");

@@ -158,11 +158,14 @@ struct query_block {
  * order is already the longest first. */
 template <int BN, int BM> struct key_block {
     int n0, b, hk, m_begin, m_tiles, total;
-    template <typename P> __device__ __forceinline__ void init(const P &p)
+    template <typename P> __device__ __forceinline__ void init(const P &p) { init_at(p, blockIdx.x, blockIdx.y, blockIdx.z); }
+    /* The same for key block n_block of kv head hk_, batch entry b_ (a ragged batch's: P then describes its
+     * sequence alone). */
+    template <typename P> __device__ __forceinline__ void init_at(const P &p, int n_block, int hk_, int b_)
     {
-        n0 = blockIdx.x * BN;
-        hk = blockIdx.y;
-        b = blockIdx.z;
+        n0 = n_block * BN;
+        hk = hk_;
+        b = b_;
         query_tile_range<BN, BM>(p, n0, m_begin, m_tiles);
         total = m_tiles * p.group;
     }
@@ -193,7 +196,8 @@ __device__ __forceinline__ void clamp_rows(int32_t a, int32_t e, int64_t total, 
 
 /* Ragged batches on a linear grid of (slot, head), the head fastest (query heads that share a KV head run
  * side by side). Sequence b owns the slots from floor(a_b / BM) + b (a_b its first query row), one per
- * query block, longest first under causal-like masks. These ranges never overlap and all end before
+ * query block, longest first under causal-like masks; KEYS (the backward's dK/dV blocks): the slots of its
+ * key blocks instead, from its first key row, one per block of BM keys. These ranges never overlap and all end before
  * floor(total_q / BM) + B, so the grid needs only host-known sizes (the lengths live on the device: no
  * synchronisation, CUDA graphs stay valid) and holds at most one empty slot per sequence, where a grid of
  * max_seqlen_q's blocks per sequence leaves most of a spread batch empty. A block finds its sequence with
@@ -203,9 +207,9 @@ struct varlen_tile_scheduler {
     /* Blocks of the grid (the caller checks that they fit 2^31 - 1). */
     static int64_t blocks(int64_t total_q, int64_t batch, int64_t heads, int bm) { return (total_q / bm + batch) * heads; }
 
-    /* This block's tile (b = 0: the packed tensors' one batch entry) and its sequence; false: no work. Every
-     * lane of the calling warp takes part. */
-    template <int BM, class S>
+    /* This block's tile (b = 0: the packed tensors' one batch entry; m_block: its query block, KEYS: its key
+     * block) and its sequence; false: no work. Every lane of the calling warp takes part. */
+    template <int BM, bool KEYS = false, class S>
     static __device__ __forceinline__ bool get_tile(const S &s, int heads, int max_q, int max_k, bool longest_first,
                                                     tile_coord &t, seq_span &q)
     {
@@ -216,8 +220,9 @@ struct varlen_tile_scheduler {
         while (n > 32) {         /* 32 evenly spaced candidates; keep the stretch after the last that starts by slot */
             const int stride = (n + 31) / 32, i = lane * stride;
             bool starts = false;
-            if (i < n) {
-                starts = clamp_offset(__ldg(s.cu_q + lo + i), 0, s.total_q) / BM + lo + i <= slot;
+            if (i < n) { /* the offsets of the side that owns the slots */
+                starts = clamp_offset(__ldg((KEYS ? s.cu_k : s.cu_q) + lo + i), 0, KEYS ? s.total_k : s.total_q) / BM +
+                             lo + i <= slot;
             }
             const unsigned m = __ballot_sync(all, starts);
             if (!m) return false;
@@ -234,7 +239,8 @@ struct varlen_tile_scheduler {
         }
         int64_t row0;
         int len;
-        clamp_rows(qa, qe, s.total_q, max_q, row0, len);
+        if (KEYS) clamp_rows(ka, ke, s.total_k, max_k, row0, len);
+        else clamp_rows(qa, qe, s.total_q, max_q, row0, len);
         const int64_t first = row0 / BM + lo + lane; /* the sequence's first slot */
         const unsigned m = __ballot_sync(all, lane < n && first <= slot);
         if (!m) return false;
@@ -245,8 +251,8 @@ struct varlen_tile_scheduler {
         ke = __shfl_sync(all, ke, j);
         clamp_rows(qa, qe, s.total_q, max_q, q.q_row0, q.lq);
         clamp_rows(ka, ke, s.total_k, max_k, q.k_row0, q.lk);
-        const int nb = (q.lq + BM - 1) / BM;
-        const int64_t r = slot - (q.q_row0 / BM + lo + j);
+        const int nb = ((KEYS ? q.lk : q.lq) + BM - 1) / BM;
+        const int64_t r = slot - ((KEYS ? q.k_row0 : q.q_row0) / BM + lo + j);
         if (r >= nb) return false;
         t.m_block = longest_first ? nb - 1 - (int)r : (int)r;
         t.h = (int)(blockIdx.x % (unsigned)heads);
