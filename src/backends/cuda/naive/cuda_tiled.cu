@@ -171,7 +171,9 @@ static fw_status forward_(const fw_problem *p, const fw_config *cfg, const fw_ex
     a.H = (int)p->heads; a.group = (int)p->group; a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k;
     a.D = (int)p->head_dim; a.scale = p->scale;
     const size_t smem = tiled_smem(a.D);
-    FW_CUDA_CHECK(cudaFuncSetAttribute(tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* The limit is the device's whole opt-in size, set once: a per-call limit of this call's size would race
+     * with calls of other head dims on other threads (a launch above another thread's smaller limit fails). */
+    FW_CUDA_CHECK(fw_cuda_smem_limit<tiled_kernel>(0));
     dim3 grid((unsigned)((a.Lq + TQ - 1) / TQ), (unsigned)a.H, (unsigned)p->batch);
     tiled_kernel<<<grid, TILED_THREADS, smem, (cudaStream_t)ex->stream>>>(a);
     FW_CUDA_CHECK_LAUNCH();
