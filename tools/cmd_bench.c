@@ -14,6 +14,7 @@
 #include "suites.h"
 #include "energy.h"
 #include "bandwidth.h"
+#include "calibrate.h"
 #include "outputs.h"
 #include "flashwatt_internal.h"
 #ifdef FW_HAVE_CUDA
@@ -23,102 +24,6 @@
 #define MAX_SHAPES 4096
 #define MAX_ROWS 16384
 #define PROGRESS_S 3.0 /* a progress line on stderr for anything expected to take longer */
-
-/* ---- cost estimates from small calibration runs ------------------------------------------ */
-typedef struct calib {
-    char backend[FW_NAME_MAX]; /* "" = the reference */
-    fw_device_kind device;
-    fw_dtype dtype;
-    int64_t head_dim;
-    int threads;
-    double flops_per_s; /* 0 = could not calibrate */
-} calib;
-
-static calib calibs[256];
-static int ncalib;
-
-/* FLOP/s of one backend on shape s (warm calls, then the best of timed calls), or of the float64
- * reference comparison when backend is NULL (on the cpu). 0 when it cannot run. */
-static double measure_rate(const char *backend, const fw_shape *s, fw_device dev, int warm, int timed)
-{
-    double rate = 0;
-    fw_device cpu = {FW_DEVICE_CPU, 0};
-    fw_case c = fw_shape_case(s, backend ? dev : cpu, 12345, 0);
-    fw_run r;
-    char msg[512];
-    if (fw_run_alloc(&r, &c, msg, sizeof msg) != FW_OK) return 0;
-    if (!backend) {
-        fw_errors e;
-        fw_run_poison(&r);
-        const double t0 = fw_now_seconds();
-        if (fw_run_compare(&r, &e) == FW_OK) rate = fw_run_flops(&r) / fmax(fw_now_seconds() - t0, 1e-6);
-    } else {
-        fw_context *ctx = NULL;
-        int ok = fw_context_create(&ctx) == FW_OK && fw_context_set_backend(ctx, backend) == FW_OK &&
-                 fw_context_set_threads(ctx, s->threads) == FW_OK &&
-                 fw_run_supports(&r, backend, NULL, 0) == FW_OK;
-        for (int i = 0; ok && i < warm; i++) ok = fw_run_forward(&r, ctx) == FW_OK;
-        double best = INFINITY;
-        for (int i = 0; ok && i < timed; i++) {
-            const double t0 = fw_now_seconds();
-            ok = fw_run_forward(&r, ctx) == FW_OK;
-            best = fmin(best, fw_now_seconds() - t0);
-        }
-        if (ok && isfinite(best)) rate = fw_run_flops(&r) / fmax(best, 1e-7);
-        fw_context_destroy(ctx);
-    }
-    fw_run_free(&r);
-    return rate;
-}
-
-static calib *calib_find(const char *backend, fw_device dev, fw_dtype dtype, int64_t head_dim, int threads)
-{
-    const char *key = backend ? backend : "";
-    for (int i = 0; i < ncalib; i++)
-        if (!strcmp(calibs[i].backend, key) && calibs[i].device == dev.kind && calibs[i].dtype == dtype &&
-            calibs[i].head_dim == head_dim && calibs[i].threads == threads)
-            return &calibs[i];
-    return NULL;
-}
-
-/* A measured rate on a real row replaces the calibration: the sweep's own last shape predicts its
- * next (bigger) one better than the small calibration problem does. */
-static void calib_learn(const char *backend, fw_device dev, fw_dtype dtype, int64_t head_dim, int threads,
-                        double flops_per_s)
-{
-    calib *k = calib_find(backend, dev, dtype, head_dim, threads);
-    if (k && flops_per_s > 0 && isfinite(flops_per_s)) k->flops_per_s = flops_per_s;
-}
-
-/* FLOP/s of backend (or of the reference comparison when backend is NULL) on a small problem of
- * this dtype/head_dim, or as last measured; cached. */
-static double rate_of(const char *backend, fw_device dev, fw_dtype dtype, int64_t head_dim, int threads)
-{
-    const char *key = backend ? backend : "";
-    const calib *found = calib_find(backend, dev, dtype, head_dim, threads);
-    if (found) return found->flops_per_s;
-    fw_shape s;
-    memset(&s, 0, sizeof s);
-    s.batch = 1;
-    s.heads = dev.kind == FW_DEVICE_CUDA ? 16 : 4;
-    s.kv_heads = s.heads;
-    s.seqlen_q = s.seqlen_k = dev.kind == FW_DEVICE_CUDA ? 1024 : 256;
-    s.head_dim = head_dim;
-    s.dtype = dtype;
-    s.window_left = s.window_right = FW_WINDOW_UNLIMITED;
-    s.threads = threads;
-    const double rate = measure_rate(backend, &s, dev, 1, 2);
-    if (ncalib < (int)(sizeof calibs / sizeof calibs[0])) {
-        calib *k = &calibs[ncalib++];
-        snprintf(k->backend, sizeof k->backend, "%s", key);
-        k->device = dev.kind;
-        k->dtype = dtype;
-        k->head_dim = head_dim;
-        k->threads = threads;
-        k->flops_per_s = rate;
-    }
-    return rate;
-}
 
 /* ---- GPU memory (cudaMemGetInfo) -------------------------------------------------------- */
 static double gpu_used_bytes(fw_device dev)
@@ -526,7 +431,7 @@ int fw_cmd_bench(int argc, char **argv)
                 continue;
             }
             const double flops = fw_run_flops(r), bytes = fw_run_bytes(r);
-            const double rate = rate_of(row->backend, dev, s->dtype, s->head_dim, s->threads);
+            const double rate = fw_calib_rate(row->backend, dev, s->dtype, s->head_dim, s->threads);
             double est = rate > 0 ? flops / rate : NAN;
             if (!di && cli.max_call_s > 0 && est > cli.max_call_s && s->batch * s->heads > 1 && !s->serving) {
                 /* the small calibration problem underrates tiled backends: before skipping, time a
@@ -537,10 +442,10 @@ int fw_cmd_bench(int argc, char **argv)
                 slice.heads = slice.kv_heads = nthr < s->batch * s->heads ? nthr : s->batch * s->heads;
                 const double frac = (double)slice.heads / (double)(s->batch * s->heads);
                 if (est * frac <= 0.5 * cli.max_call_s) {
-                    const double r1 = measure_rate(row->backend, &slice, dev, 0, 1);
+                    const double r1 = fw_calib_measure(row->backend, &slice, dev, 0, 1);
                     if (r1 > 0) {
                         est = flops / r1;
-                        calib_learn(row->backend, dev, s->dtype, s->head_dim, s->threads, r1);
+                        fw_calib_learn(row->backend, dev, s->dtype, s->head_dim, s->threads, r1);
                     }
                 }
             }
@@ -577,7 +482,7 @@ int fw_cmd_bench(int argc, char **argv)
             /* the error of this run's output against the reference (computed once per shape) */
             if (!ref_decided[di]) {
                 ref_decided[di] = 1;
-                const double rrate = rate_of(NULL, dev, s->dtype, s->head_dim, 0);
+                const double rrate = fw_calib_rate(NULL, dev, s->dtype, s->head_dim, 0);
                 ref_est[di] = rrate > 0 ? flops / rrate : INFINITY;
                 ref_ok[di] = cli.max_ref_s > 0 && ref_est[di] <= cli.max_ref_s;
                 if (ref_ok[di] && ref_est[di] > PROGRESS_S)
@@ -590,7 +495,7 @@ int fw_cmd_bench(int argc, char **argv)
                 const double tr = fw_now_seconds();
                 st = fw_run_compare(r, &e);
                 if (st == FW_OK && first)
-                    calib_learn(NULL, dev, s->dtype, s->head_dim, 0, flops / fmax(fw_now_seconds() - tr, 1e-6));
+                    fw_calib_learn(NULL, dev, s->dtype, s->head_dim, 0, flops / fmax(fw_now_seconds() - tr, 1e-6));
                 if (st != FW_OK) {
                     snprintf(row->note, sizeof row->note, "reference comparison failed: %s", fw_status_string(st));
                 } else {
@@ -629,7 +534,7 @@ int fw_cmd_bench(int argc, char **argv)
                 continue;
             }
             row->ms = ms;
-            calib_learn(row->backend, dev, s->dtype, s->head_dim, s->threads, flops / (ms * 1e-3));
+            fw_calib_learn(row->backend, dev, s->dtype, s->head_dim, s->threads, flops / (ms * 1e-3));
             row->tflops = flops / (ms * 1e-3) / 1e12;
             row->gbps = bytes / (ms * 1e-3) / 1e9;
             row->intensity = flops / bytes;
