@@ -352,6 +352,8 @@ def attention_varlen(
     named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
     arrays = _arrays_of(named)
     max_q, max_k = _max_seqlen(max_seqlen_q, "max_seqlen_q"), _max_seqlen(max_seqlen_k, "max_seqlen_k")
+    if arrays.kind == "torch tensor":  # under torch.autocast as the dense call (and SDPA): inputs in the autocast dtype
+        q, k, v = arrays._torch.autocast(q, k, v)
     if _through_ops(arrays, q, k, v, cu_seqlens_q, cu_seqlens_k):
         # the op's registered autograd needs the LSE where a gradient is wanted
         o, lse = arrays.torch.ops.flashwatt.attention_varlen(

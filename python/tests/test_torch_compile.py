@@ -351,6 +351,30 @@ def test_autocast_like_sdpa(device, compiled, dtype):
         assert fw.attention(q, k, v).dtype == torch.float32
 
 
+@pytest.mark.parametrize("device", _ragged_devices())
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_ragged_autocast_like_the_dense_call(device, compiled):
+    """Under torch.autocast the ragged call takes its inputs in the autocast dtype, as the dense call and SDPA
+    do: the same output as on inputs cast by hand, and gradients reach the float32 inputs."""
+    lens = [5, 0, 9, 3]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    q = torch.randn(sum(lens), 4, 32, device=device, requires_grad=True)
+    k, v = (torch.randn(sum(lens), 2, 32, device=device, requires_grad=True) for _ in range(2))
+
+    def ragged(q, k, v):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return fw.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+
+    torch._dynamo.reset()
+    o = (torch.compile(ragged, fullgraph=True) if compiled else ragged)(q, k, v)
+    want = fw.attention_varlen(*(t.detach().to(torch.bfloat16) for t in (q, k, v)), cu, cu, max(lens), max(lens),
+                               causal=True)
+    assert o.dtype == torch.bfloat16
+    torch.testing.assert_close(o, want, rtol=0, atol=0)
+    o.float().sum().backward()
+    assert q.grad is not None and q.grad.dtype == torch.float32 and k.grad.dtype == torch.float32
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_no_grad_like_sdpa(device, compiled):
