@@ -16,9 +16,9 @@ Commands run in the order given (minutes on one H100 in brackets):
   help      this text (runs anywhere)
   build     configure (Release, with ptxas's resource report) and build into the build directory [2-5]
   test      ctest -L gpu: every GPU correctness program against the float64 reference [3]
-  sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid,
-            backward, f32 with its forced paths) and gpu_serving --quick; memcheck on test_faults
-            --device cuda --quick and test_varlen_backward --device cuda --quick [7-10]
+  sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid and
+            its persistent form forced, backward, f32 with its forced paths) and gpu_serving --quick;
+            memcheck on test_faults --device cuda --quick and test_varlen_backward --device cuda --quick [7-10]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
@@ -96,7 +96,7 @@ ROWS=()
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 QUICK_ARG=()
 [ $QUICK = 1 ] && QUICK_ARG=(--quick)
-HOPPER_CFGS="wg-bm128-bn128-s3 ws-bm128-bn128-s3 ws-bm128-bn128-s3-pp"
+HOPPER_CFGS="wg-bm128-bn128-s3 ws-bm128-bn128-s3 ws-bm128-bn128-s3-pp wsp-bm128-bn128-s3"
 # The f32 paths the defaults take only on some shapes, forced: the persistent kernels held to a few blocks (several
 # query blocks each), split-KV at 3 key ranges (unequal, some empty under a mask), the one-warpgroup kernel's first
 # tile staged, half the blocks starting 500 cycles late.
@@ -226,7 +226,7 @@ cmd_sanitize() {
     step "compute-sanitizer memcheck, racecheck, synccheck"
     local tool cfg var
     for tool in memcheck racecheck synccheck; do
-        san $tool attention "" test_attention "--device cuda --quick --section grid"
+        san $tool attention "" test_attention "--device cuda --quick --section grid,persistent"
         san $tool backward "" test_attention "backward --device cuda --quick"
         san $tool f32 "FW_CUDA_PERSIST_BLOCKS=2 $F32_FORCED" test_attention "--device cuda --quick --section f32,forced,reuse"
         san $tool serving "" gpu_serving --quick
@@ -252,7 +252,7 @@ cmd_fwd() {
     step "forward, FA grid: cuda-flash and its Hopper configurations vs SDPA flash and cudnn (bench/torch_sdpa.py)"
     local t0=$SECONDS rc
     py 590 fwd_torch.log bench/torch_sdpa.py --json "$LOGS/fwd_torch.json" --fw cuda-flash --configs \
-        --cfg-match '^w[gs]-' --check --sdpa flash,cudnn "${QUICK_ARG[@]}"
+        --cfg-match '^w(g|s|sp)-' --check --sdpa flash,cudnn "${QUICK_ARG[@]}"
     rc=$?
     grep -E "unsupported|failed" "$LOGS/fwd_torch.log" | head -20
     sed -n '/# summary/,$p' "$LOGS/fwd_torch.log"

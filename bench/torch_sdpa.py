@@ -229,7 +229,7 @@ def main():
                 if args.configs:
                     hopper = torch.cuda.get_device_capability(dev) == (9, 0)
                     for cfgname in [c for c in CONFIGS.get(D, []) if re.search(args.cfg_match, c)
-                                    and (hopper or not c.startswith(("wg-", "ws-")))]:
+                                    and (hopper or not c.startswith(("wg-", "ws-", "wsp-")))]:
                         def run(cfgname=cfgname):
                             os.environ["FW_CUDA_FLASH_CONFIG"] = cfgname
                             return fw_call(q, k, v, causal, "cuda-flash", cfgname)
@@ -276,11 +276,11 @@ def main():
 CONFIGS = {
     64: ["bm128-bn64-w4-s2-qr", "bm128-bn128-w4-s2", "bm128-bn128-w4-s2-qr-sb64", "bm128-bn64-w4-s3-qr",
          "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3", "ws-bm128-bn128-s3",
-         "ws-bm128-bn128-s3-pp"],
+         "ws-bm128-bn128-s3-pp", "wsp-bm128-bn128-s3"],
     128: ["bm128-bn64-w4-s2", "bm128-bn64-w4-s2-sb32", "bm128-bn32-w4-s2", "bm128-bn64-w8-s2-qr",
           "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3", "ws-bm128-bn128-s3",
-          "ws-bm128-bn128-s3-pp"],
-}  # wg-*, ws-*: the wgmma kernels (compute capability 9.0 only; elsewhere the library would run its
+          "ws-bm128-bn128-s3-pp", "wsp-bm128-bn128-s3"],
+}  # wg-*, ws-*, wsp-*: the wgmma kernels (compute capability 9.0 only; elsewhere the library would run its
 #    default under that name, so they are skipped there)
 
 

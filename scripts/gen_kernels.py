@@ -60,6 +60,7 @@ def read_table():
             fail(f"kernels.tsv:{n}: unknown arch {arch}")
         r = dict(line=n, family=family, name=name, arch=arch, d=int(d), bm=int(bm), bn=int(bn), warps=int(warps),
                  stages=int(stages), qr=False, sub=int(bn), pp=False, varlen=False, fallback=None, **F32_DEFAULTS)
+        r["persist_ws"] = False
         for o in ([] if options == "-" else options.split(",")):
             if o == "qr" and family == "fwd.mma":
                 r["qr"] = True
@@ -69,6 +70,8 @@ def read_table():
                 r["pp"] = True
             elif o == "varlen" and family == "fwd.ws":
                 r["varlen"] = True
+            elif o == "persist" and family == "fwd.ws":
+                r["persist_ws"] = True
             elif o.startswith("fallback=") and family == "fwd.ws":
                 r["fallback"] = o[len("fallback="):]
             elif family in F32_KERNEL and f32_option(r, o):
@@ -102,7 +105,7 @@ def read_table():
 def derived_name(r):
     """The configuration names as cuda-flash has always spelled them (tuning tables hold them)."""
     if r["family"] == "fwd.ws":
-        return (f"ws-bm{r['bm']}-bn{r['bn']}-s{r['stages']}" + ("-pp" if r["pp"] else "") +
+        return (f"ws{'p' if r['persist_ws'] else ''}-bm{r['bm']}-bn{r['bn']}-s{r['stages']}" + ("-pp" if r["pp"] else "") +
                 ("-varlen" if r["varlen"] else ""))
     if r["family"] == "fwd.wg":
         return f"wg-bm{r['bm']}-bn{r['bn']}-s{r['stages']}"
@@ -131,13 +134,18 @@ def check_record(r):
         if r["family"] == "fwd.ws" and (r["bm"] != 128 or bool(r["fallback"]) == r["varlen"]):
             fail(f"{where}: a ws record has two consumer warpgroups (bm 128) and a fallback, unless it is a "
                  "ragged (varlen) one: those have none (the serving kernel runs where TMA cannot)")
+        if r["family"] == "fwd.ws" and r["persist_ws"] and r["varlen"]:
+            fail(f"{where}: a ragged (varlen) ws record takes its tile from its grid slot: not persist")
 
 
 def smem(r):
     if r["family"] == "fwd.mma":
         return (r["bm"] + 2 * r["stages"] * r["bn"]) * (r["d"] + 8) * 2
     wg = (r["bm"] + 2 * r["stages"] * r["bn"]) * r["d"] * 2 + 1024
-    return wg + 256 if r["family"] == "fwd.ws" else wg
+    if r["family"] != "fwd.ws":
+        return wg
+    own_stage = r["bm"] * (r["d"] + 8) * 2  # persist: O's staging area, where it fits (else it stages in Q)
+    return wg + 256 + (own_stage if r["persist_ws"] and wg + 256 + own_stage <= 232448 else 0)
 
 
 def ident(r):
@@ -162,6 +170,7 @@ def config_struct(r):
             f"    static constexpr int D = {r['d']}, BM = {r['bm']}, BN = {r['bn']}, STAGES = {r['stages']};\n"
             f"    static constexpr bool PINGPONG = {'true' if r['pp'] else 'false'};\n"
             f"    static constexpr bool VARLEN = {'true' if r['varlen'] else 'false'};\n"
+            f"    static constexpr bool PERSISTENT = {'true' if r['persist_ws'] else 'false'};\n"
             f"{fallback}}};\n"
             f"static_assert(ws_smem_bytes<{i}>() == {smem(r)}, \"kernels.tsv: shared memory\");\n")
 
@@ -212,11 +221,11 @@ def records_file(recs):
     out.append("}")
     for table, count, varlen in (("fw_fwd_records", "fw_fwd_nrecords", False),
                                  ("fw_fwd_varlen_records", "fw_fwd_nvarlen_records", True)):
-        out.append("\n/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, smem, f16, bf16 */")
+        out.append("\n/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, persistent, smem, f16, bf16 */")
         out.append(f'extern "C" const fw_fwd_record {table}[] = {{')
         for r in (r for r in recs if r["varlen"] == varlen):
             out.append(f'    {{"{r["name"]}", {KERNEL[r["family"]]}, {ARCH[r["arch"]]}, {r["d"]}, {r["bm"]}, {r["bn"]}, '
-                       f'{r["warps"]}, {r["stages"]}, {int(r["qr"])}, {r["sub"]}, {int(r["pp"])}, {smem(r)},\n'
+                       f'{r["warps"]}, {r["stages"]}, {int(r["qr"])}, {r["sub"]}, {int(r["pp"])}, {int(r["persist_ws"])}, {smem(r)},\n'
                        f'     {launch_name(r, "f16")}, {launch_name(r, "bf16")}}},')
         out.append("};")
         out.append(f'extern "C" const int {count} = (int)(sizeof {table} / sizeof {table}[0]);')

@@ -16,7 +16,7 @@ const fw_knobs fw_knobs_defaults = {
     .cuda_ws_cache_mb = 256,
     .f32_kv_splits = 0,
     .f32_wg1_stage0 = -1,
-    .f32_persist_blocks = 0,
+    .persist_blocks = 0,
     .f32_delay = -1,
 };
 
@@ -46,7 +46,7 @@ void fw_knobs_read(fw_knobs *k)
     if ((v = env("FW_CUDA_WS_CACHE_MB"))) k->cuda_ws_cache_mb = atoll(v);
     if ((v = env("FW_F32_KV_SPLITS")) && atoi(v) > 0) k->f32_kv_splits = atoi(v);
     if ((v = env("FW_F32_WG1_STAGE0"))) k->f32_wg1_stage0 = atoi(v) != 0;
-    if ((v = env("FW_CUDA_PERSIST_BLOCKS")) && atoi(v) > 0) k->f32_persist_blocks = atoi(v);
+    if ((v = env("FW_CUDA_PERSIST_BLOCKS")) && atoi(v) > 0) k->persist_blocks = atoi(v);
     if ((v = env("FW_F32_DELAY"))) k->f32_delay = atoi(v) > 0 ? atoi(v) : 0;
 }
 

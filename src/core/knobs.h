@@ -15,7 +15,7 @@
  * FW_CUDA_WS_CACHE_MB      256              device scratch kept per stream between calls, MB
  * FW_F32_KV_SPLITS         (heuristics)     cuda-flash-f32: key ranges per query block (n > 0)
  * FW_F32_WG1_STAGE0        (heuristics)     0 | 1: the one-warpgroup f32 kernel's staged first tile
- * FW_CUDA_PERSIST_BLOCKS   0 (no cap)       at most n blocks for the persistent f32 kernel
+ * FW_CUDA_PERSIST_BLOCKS   0 (no cap)       at most n blocks for the persistent kernels (cuda-flash, -f32)
  * FW_F32_DELAY             (heuristics)     cycles of the f32 kernels' staggered start (0 = off)
  * ---- documented exceptions: wider scope, read where that scope begins ----------------------------
  * FLASHWATT_SIMD           (CPUID's best)   scalar | avx2 | avx512: lowers the CPU kernels' SIMD
@@ -46,7 +46,7 @@ typedef struct fw_knobs {
     long long cuda_ws_cache_mb; /* FW_CUDA_WS_CACHE_MB */
     int f32_kv_splits;          /* FW_F32_KV_SPLITS; 0 = the heuristics' */
     int f32_wg1_stage0;         /* FW_F32_WG1_STAGE0; -1 = the heuristics' */
-    int f32_persist_blocks;     /* FW_CUDA_PERSIST_BLOCKS; 0 = no cap */
+    int persist_blocks;     /* FW_CUDA_PERSIST_BLOCKS; 0 = no cap */
     int f32_delay;              /* FW_F32_DELAY; -1 = the heuristics', 0 = off */
 } fw_knobs;
 

@@ -267,6 +267,25 @@ static void add_no_wgmma(att_plan *p, const att_opts *o)
     for (int i = first; i < p->n; i++) p->v[i].env = "FW_CUDA_FLASH_WG=0";
 }
 
+/* The grid's 16-bit cases at head dims 64 and 128 with the Hopper forward's persistent form forced and held to
+ * 3 blocks: several query blocks a block, so the stage ring and Q's barrier run across them and causal grids
+ * take the snake's rounds (the default takes that form only from 132 query blocks, beyond the grid's shapes).
+ * Elsewhere than compute capability 9.0 the name is not there and the default runs. */
+static void add_persistent(att_plan *p, const att_opts *o)
+{
+    const int first = p->n;
+    add_grid(p, o);
+    int keep = first;
+    for (int i = first; i < p->n; i++) {
+        const fw_case *c = &p->v[i].c;
+        if (c->dtype != FW_F32 && (c->head_dim == 64 || c->head_dim == 128)) {
+            p->v[keep] = p->v[i];
+            p->v[keep++].env = "FW_CUDA_FLASH_CONFIG=wsp-bm128-bn128-s3 FW_CUDA_PERSIST_BLOCKS=3";
+        }
+    }
+    p->n = keep;
+}
+
 /* ---- nan: non-finite inputs and large logits --------------------------------------------------
  * A NaN and an inf in V and a NaN in K behind a causal mask: exactly the rows that see one of those
  * keys go non-finite (checked element by element besides the reference); a NaN in K of head 1 with
@@ -435,6 +454,8 @@ const att_section att_sections[] = {
     {"f32", TEST, CUDA, 1, "the f32 suite: every configuration, exact/tf32/3xtf32", add_f32, NULL},
     {"forced", TEST, CUDA, 1, "the f32 suite with split/persistence/staging/delay forced", add_forced, NULL},
     {"nowgmma", TEST, CUDA, 0, "the grid with FW_CUDA_FLASH_WG=0 (no sm_90a kernels)", add_no_wgmma, NULL},
+    {"persistent", TEST, CUDA, 1, "the grid at D 64/128 with the persistent Hopper forward forced onto 3 blocks",
+     add_persistent, NULL},
     {"nan", TEST, CPU | CUDA, 1, "NaN/inf in K and V behind masks, large logits", add_nan, NULL},
     {"configs", TEST, CPU | CUDA, 1, "every configuration of every backend on boundary-heavy shapes", add_configs, NULL},
     {"random", TEST, CPU | CUDA, 1, "seeded random shapes (every axis drawn)", add_random, NULL},

@@ -102,7 +102,7 @@ struct fw_cuda_device_guard {
 #ifdef __CUDACC__
 #include <atomic>
 /* Raises kernel's dynamic shared-memory limit to `bytes` (a compile-time size of that kernel instantiation; 0:
- * the device's whole opt-in size, for launches that pad their size to cap the blocks per SM) and, with
+ * all the device's opt-in size leaves beside the kernel's static shared memory) and, with
  * max_carveout, asks for the largest shared-memory carveout, once per device: cudaFuncSetAttribute is a
  * driver call, and launches repeat. */
 template <auto kernel> static cudaError_t fw_cuda_smem_limit(size_t bytes, bool max_carveout = false)
@@ -113,10 +113,13 @@ template <auto kernel> static cudaError_t fw_cuda_smem_limit(size_t bytes, bool 
     if (e != cudaSuccess) return e;
     const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
     if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-    if (!bytes) {
+    if (!bytes) { /* the opt-in size less the kernel's static shared memory (above that the driver refuses) */
         fw_cuda_device_info di;
         if (!fw_cuda_device_facts(dev, &di)) return cudaErrorInvalidDevice;
-        bytes = (size_t)di.smem_optin;
+        cudaFuncAttributes fa;
+        e = cudaFuncGetAttributes(&fa, kernel);
+        if (e != cudaSuccess) return e;
+        bytes = (size_t)di.smem_optin - fa.sharedSizeBytes;
     }
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e == cudaSuccess && max_carveout)

@@ -228,7 +228,7 @@ extern "C" void fw_f32_plan_for(const fw_problem *p, const fw_f32_record *r, int
         /* one block per SM at most; FW_CUDA_PERSIST_BLOCKS=n: at most n (tests: several query blocks a block on small
          * problems) */
         long long grid = blocks > sms ? sms : blocks;
-        if (k->f32_persist_blocks > 0 && grid > k->f32_persist_blocks) grid = k->f32_persist_blocks;
+        if (k->persist_blocks > 0 && grid > k->persist_blocks) grid = k->persist_blocks;
         plan->grid_blocks = sms > 0 ? (int)grid : -1;
     }
 }

@@ -91,6 +91,11 @@ template <typename T, int D, int BN, int BM> struct wg_consumer {
     {
         fwparts::store_output<T, D, 1, const fw_fwd_params &>(p, stage, o, sm.row_m, sm.row_l, m0, b, h, lane, *this);
     }
+    /* The same through this warp's own staging area of 16 x D elements (the persistent kernel's). */
+    __device__ __forceinline__ void store_swizzled(const fw_fwd_params &p, T *stage, int m0, int b, int h, int lane)
+    {
+        fwparts::store_output_swizzled<T, D, 1, const fw_fwd_params &>(p, stage, o, sm.row_m, sm.row_l, m0, b, h, lane, *this);
+    }
 };
 
 } /* namespace fwfwd */

@@ -101,6 +101,10 @@ static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cf
     a.has_window = p->has_window;
     /* Causal-like masks give later query blocks more keys: schedule them first. */
     a.reverse_m = p->window_right < lim && p->window_left >= lim;
+    /* a persistent kernel's grid at most: one block an SM, or FW_CUDA_PERSIST_BLOCKS (tests: several query blocks
+     * a block on small problems) */
+    const int cap = fw_exec_knobs(ex)->persist_blocks;
+    a.persist_blocks = cap > 0 && cap < di.sm_count ? cap : di.sm_count;
     a.scale = p->scale;
     a.scale_log2 = p->scale * 1.4426950408889634f;
     fw_fwd_seqs seqs; /* ragged: Lq, Lk above are the maxima, the offsets and totals here */

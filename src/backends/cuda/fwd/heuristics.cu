@@ -75,13 +75,19 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
         want_bm = 64;
         want_bn = 64;
     }
-    /* Hopper (compute capability 9.0): the warp-specialised wgmma + TMA kernel ws-bm128-bn128-s3. On an H100
+    /* Hopper (compute capability 9.0): the warp-specialised wgmma + TMA kernel, bm128-bn128-s3. On an H100
      * (docs/PERF.md), at D=128 1.17-1.46x the mma.sync default (0.78-1.09x cuDNN) at every FA-grid shape; at
-     * D=64 1.08-1.32x, except causal L=512 (0.94x). */
+     * D=64 1.08-1.32x, except causal L=512 (0.94x). Its persistent form (wsp-: one block an SM, the next query
+     * block's loads under this one's epilogue) at D=64 where launch and epilogue weigh most, over three H200 runs:
+     * 1.10-1.18x the one-block-a-tile grid at L=512 (causal 1.03-1.15x), 1.05-1.11x at L=1024 (causal 1.00-1.11x),
+     * 1.01-1.07x at L=2048 without a mask; causal from L=2048 and at D=128 (staging in Q, whose next load then
+     * waits) it was no faster. */
     const int causal_like = p->window_right < p->seqlen_q + p->seqlen_k + 1;
-    const int ws_ok = blocks128 >= 132 && (dpad == 128 || (dpad == 64 && (p->seqlen_k >= 1024 || !causal_like)));
+    const int persistent = dpad == 64 && p->seqlen_q <= (causal_like ? 1024 : 2048);
+    const int ws_ok = blocks128 >= 132 && (dpad == 128 || dpad == 64);
     for (int i = 0; ws_ok && i < n; i++)
-        if (rs[i].kernel == FW_FWD_WS && !rs[i].pingpong && rs[i].bn == 128 && fw_fwd_record_runs(&rs[i], di, k))
+        if (rs[i].kernel == FW_FWD_WS && !rs[i].pingpong && rs[i].bn == 128 && rs[i].persistent == persistent &&
+            fw_fwd_record_runs(&rs[i], di, k))
             return &rs[i];
     /* Otherwise the mma.sync record closest to the preferred shape (the first of equal scores). */
     int best = -1, best_score = -1;
@@ -224,6 +230,7 @@ extern "C" const fw_fwd_record *fw_fwd_record_for(const fw_problem *p, const fw_
                                                   size_t why_len)
 {
     const int dpad = fw_fwd_padded_dim(p->head_dim);
+    if (k->cuda_flash_config[0]) cfg = NULL; /* the knob's record, through fw_fwd_default */
     if (cfg && cfg->name[0]) {
         const fw_fwd_record *r = record_named(p, cfg->name, di, k);
         if (!r)

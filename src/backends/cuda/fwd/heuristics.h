@@ -26,7 +26,8 @@ const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cuda_device_in
  * cached calls and dense decode shapes: the serving configurations. */
 int fw_fwd_configs(const fw_problem *p, fw_config *out, int max);
 /* The record cfg names (by name, or by block_m/block_n/warps/stages for an unnamed mma.sync configuration),
- * or the default for an empty cfg (or NULL); NULL with the reason in why if it names none that runs. */
+ * or the default for an empty cfg (or NULL); NULL with the reason in why if it names none that runs.
+ * FW_CUDA_FLASH_CONFIG, where set, overrides cfg (as it does for the serving and ragged choices). */
 const fw_fwd_record *fw_fwd_record_for(const fw_problem *p, const fw_config *cfg, const fw_cuda_device_info *di,
                                        const fw_knobs *k, char *why, size_t why_len);
 

@@ -29,6 +29,7 @@ typedef struct fw_fwd_params {
     int has_window;
     int num_m_blocks; /* query blocks per (batch, head): set by the launcher from its BM */
     int reverse_m;    /* causal-like masks: schedule the longest (last) query blocks first */
+    int persist_blocks; /* a persistent kernel's grid at most (the device's multiprocessors) */
     float scale_log2; /* scale * log2(e) */
     float scale;
 } fw_fwd_params;
@@ -64,6 +65,7 @@ typedef struct fw_fwd_record {
     int q_in_regs;        /* mma: Q fragments kept in registers */
     int sub_n;            /* mma: keys per softmax sub-tile (== bn: none) */
     int pingpong;         /* ws: the consumer warpgroups take turns (FlashAttention-3's ping-pong) */
+    int persistent;       /* ws: one block an SM loops over the query blocks */
     size_t smem;          /* dynamic shared memory, bytes */
     fw_fwd_launch_fn f16, bf16;
 } fw_fwd_record;

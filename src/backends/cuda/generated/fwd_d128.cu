@@ -50,6 +50,7 @@ struct d128_ws_bm128_bn128_s3 {
     static constexpr int D = 128, BM = 128, BN = 128, STAGES = 3;
     static constexpr bool PINGPONG = false;
     static constexpr bool VARLEN = false;
+    static constexpr bool PERSISTENT = false;
     using FALLBACK = d128_wg_bm128_bn128_s3;
 };
 static_assert(ws_smem_bytes<d128_ws_bm128_bn128_s3>() == 230656, "kernels.tsv: shared memory");
@@ -58,9 +59,19 @@ struct d128_ws_bm128_bn128_s3_pp {
     static constexpr int D = 128, BM = 128, BN = 128, STAGES = 3;
     static constexpr bool PINGPONG = true;
     static constexpr bool VARLEN = false;
+    static constexpr bool PERSISTENT = false;
     using FALLBACK = d128_wg_bm128_bn128_s3;
 };
 static_assert(ws_smem_bytes<d128_ws_bm128_bn128_s3_pp>() == 230656, "kernels.tsv: shared memory");
+
+struct d128_wsp_bm128_bn128_s3 {
+    static constexpr int D = 128, BM = 128, BN = 128, STAGES = 3;
+    static constexpr bool PINGPONG = false;
+    static constexpr bool VARLEN = false;
+    static constexpr bool PERSISTENT = true;
+    using FALLBACK = d128_wg_bm128_bn128_s3;
+};
+static_assert(ws_smem_bytes<d128_wsp_bm128_bn128_s3>() == 230656, "kernels.tsv: shared memory");
 
 } /* namespace fwfwd */
 
@@ -135,4 +146,12 @@ extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params 
 extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d128_ws_bm128_bn128_s3_pp>(p, batch, seqs, stream);
+}
+extern "C" cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+{
+    return fwfwd::ws_launch<__half, fwfwd::d128_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
+}
+extern "C" cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+{
+    return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d128_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
 }

@@ -9,6 +9,7 @@ struct d128_ws_bm128_bn128_s3_varlen {
     static constexpr int D = 128, BM = 128, BN = 128, STAGES = 3;
     static constexpr bool PINGPONG = false;
     static constexpr bool VARLEN = true;
+    static constexpr bool PERSISTENT = false;
 };
 static_assert(ws_smem_bytes<d128_ws_bm128_bn128_s3_varlen>() == 230656, "kernels.tsv: shared memory");
 
@@ -16,6 +17,7 @@ struct d128_ws_bm128_bn128_s3_pp_varlen {
     static constexpr int D = 128, BM = 128, BN = 128, STAGES = 3;
     static constexpr bool PINGPONG = true;
     static constexpr bool VARLEN = true;
+    static constexpr bool PERSISTENT = false;
 };
 static_assert(ws_smem_bytes<d128_ws_bm128_bn128_s3_pp_varlen>() == 230656, "kernels.tsv: shared memory");
 

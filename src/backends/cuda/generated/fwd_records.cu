@@ -26,6 +26,8 @@ cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, 
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
@@ -52,6 +54,8 @@ cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch,
 cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_varlen_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_varlen_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_varlen_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
@@ -64,70 +68,74 @@ cudaError_t fw_fwd_d256_bm128_bn64_w8_s2_f16(const fw_fwd_params *p, int batch, 
 cudaError_t fw_fwd_d256_bm128_bn64_w8_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream);
 }
 
-/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, smem, f16, bf16 */
+/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, persistent, smem, f16, bf16 */
 extern "C" const fw_fwd_record fw_fwd_records[] = {
-    {"bm128-bn128-w4-s2-qr", FW_FWD_MMA, 80, 32, 128, 128, 4, 2, 1, 128, 0, 51200,
+    {"bm128-bn128-w4-s2-qr", FW_FWD_MMA, 80, 32, 128, 128, 4, 2, 1, 128, 0, 0, 51200,
      fw_fwd_d32_bm128_bn128_w4_s2_qr_f16, fw_fwd_d32_bm128_bn128_w4_s2_qr_bf16},
-    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 32, 64, 64, 4, 2, 1, 64, 0, 25600,
+    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 32, 64, 64, 4, 2, 1, 64, 0, 0, 25600,
      fw_fwd_d32_bm64_bn64_w4_s2_qr_f16, fw_fwd_d32_bm64_bn64_w4_s2_qr_bf16},
-    {"bm128-bn64-w4-s2-qr", FW_FWD_MMA, 80, 64, 128, 64, 4, 2, 1, 64, 0, 55296,
+    {"bm128-bn64-w4-s2-qr", FW_FWD_MMA, 80, 64, 128, 64, 4, 2, 1, 64, 0, 0, 55296,
      fw_fwd_d64_bm128_bn64_w4_s2_qr_f16, fw_fwd_d64_bm128_bn64_w4_s2_qr_bf16},
-    {"bm128-bn128-w4-s2", FW_FWD_MMA, 80, 64, 128, 128, 4, 2, 0, 128, 0, 92160,
+    {"bm128-bn128-w4-s2", FW_FWD_MMA, 80, 64, 128, 128, 4, 2, 0, 128, 0, 0, 92160,
      fw_fwd_d64_bm128_bn128_w4_s2_f16, fw_fwd_d64_bm128_bn128_w4_s2_bf16},
-    {"bm128-bn128-w4-s2-qr-sb64", FW_FWD_MMA, 80, 64, 128, 128, 4, 2, 1, 64, 0, 92160,
+    {"bm128-bn128-w4-s2-qr-sb64", FW_FWD_MMA, 80, 64, 128, 128, 4, 2, 1, 64, 0, 0, 92160,
      fw_fwd_d64_bm128_bn128_w4_s2_qr_sb64_f16, fw_fwd_d64_bm128_bn128_w4_s2_qr_sb64_bf16},
-    {"bm128-bn64-w4-s3-qr", FW_FWD_MMA, 80, 64, 128, 64, 4, 3, 1, 64, 0, 73728,
+    {"bm128-bn64-w4-s3-qr", FW_FWD_MMA, 80, 64, 128, 64, 4, 3, 1, 64, 0, 0, 73728,
      fw_fwd_d64_bm128_bn64_w4_s3_qr_f16, fw_fwd_d64_bm128_bn64_w4_s3_qr_bf16},
-    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 64, 64, 64, 4, 2, 1, 64, 0, 46080,
+    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 64, 64, 64, 4, 2, 1, 64, 0, 0, 46080,
      fw_fwd_d64_bm64_bn64_w4_s2_qr_f16, fw_fwd_d64_bm64_bn64_w4_s2_qr_bf16},
-    {"wg-bm128-bn128-s3", FW_FWD_WG, 90, 64, 128, 128, 8, 3, 0, 128, 0, 115712,
+    {"wg-bm128-bn128-s3", FW_FWD_WG, 90, 64, 128, 128, 8, 3, 0, 128, 0, 0, 115712,
      fw_fwd_d64_wg_bm128_bn128_s3_f16, fw_fwd_d64_wg_bm128_bn128_s3_bf16},
-    {"wg-bm192-bn64-s3", FW_FWD_WG, 90, 64, 192, 64, 12, 3, 0, 64, 0, 74752,
+    {"wg-bm192-bn64-s3", FW_FWD_WG, 90, 64, 192, 64, 12, 3, 0, 64, 0, 0, 74752,
      fw_fwd_d64_wg_bm192_bn64_s3_f16, fw_fwd_d64_wg_bm192_bn64_s3_bf16},
-    {"ws-bm128-bn128-s3", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 0, 115968,
+    {"ws-bm128-bn128-s3", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 0, 0, 115968,
      fw_fwd_d64_ws_bm128_bn128_s3_f16, fw_fwd_d64_ws_bm128_bn128_s3_bf16},
-    {"ws-bm128-bn128-s3-pp", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 1, 115968,
+    {"ws-bm128-bn128-s3-pp", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 1, 0, 115968,
      fw_fwd_d64_ws_bm128_bn128_s3_pp_f16, fw_fwd_d64_ws_bm128_bn128_s3_pp_bf16},
-    {"bm128-bn64-w4-s2", FW_FWD_MMA, 80, 96, 128, 64, 4, 2, 0, 64, 0, 79872,
+    {"wsp-bm128-bn128-s3", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 0, 1, 134400,
+     fw_fwd_d64_wsp_bm128_bn128_s3_f16, fw_fwd_d64_wsp_bm128_bn128_s3_bf16},
+    {"bm128-bn64-w4-s2", FW_FWD_MMA, 80, 96, 128, 64, 4, 2, 0, 64, 0, 0, 79872,
      fw_fwd_d96_bm128_bn64_w4_s2_f16, fw_fwd_d96_bm128_bn64_w4_s2_bf16},
-    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 96, 64, 64, 4, 2, 1, 64, 0, 66560,
+    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 96, 64, 64, 4, 2, 1, 64, 0, 0, 66560,
      fw_fwd_d96_bm64_bn64_w4_s2_qr_f16, fw_fwd_d96_bm64_bn64_w4_s2_qr_bf16},
-    {"bm128-bn64-w4-s2", FW_FWD_MMA, 80, 128, 128, 64, 4, 2, 0, 64, 0, 104448,
+    {"bm128-bn64-w4-s2", FW_FWD_MMA, 80, 128, 128, 64, 4, 2, 0, 64, 0, 0, 104448,
      fw_fwd_d128_bm128_bn64_w4_s2_f16, fw_fwd_d128_bm128_bn64_w4_s2_bf16},
-    {"bm128-bn64-w4-s2-sb32", FW_FWD_MMA, 80, 128, 128, 64, 4, 2, 0, 32, 0, 104448,
+    {"bm128-bn64-w4-s2-sb32", FW_FWD_MMA, 80, 128, 128, 64, 4, 2, 0, 32, 0, 0, 104448,
      fw_fwd_d128_bm128_bn64_w4_s2_sb32_f16, fw_fwd_d128_bm128_bn64_w4_s2_sb32_bf16},
-    {"bm128-bn32-w4-s2", FW_FWD_MMA, 80, 128, 128, 32, 4, 2, 0, 32, 0, 69632,
+    {"bm128-bn32-w4-s2", FW_FWD_MMA, 80, 128, 128, 32, 4, 2, 0, 32, 0, 0, 69632,
      fw_fwd_d128_bm128_bn32_w4_s2_f16, fw_fwd_d128_bm128_bn32_w4_s2_bf16},
-    {"bm128-bn64-w8-s2-qr", FW_FWD_MMA, 80, 128, 128, 64, 8, 2, 1, 64, 0, 104448,
+    {"bm128-bn64-w8-s2-qr", FW_FWD_MMA, 80, 128, 128, 64, 8, 2, 1, 64, 0, 0, 104448,
      fw_fwd_d128_bm128_bn64_w8_s2_qr_f16, fw_fwd_d128_bm128_bn64_w8_s2_qr_bf16},
-    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 128, 64, 64, 4, 2, 1, 64, 0, 87040,
+    {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 128, 64, 64, 4, 2, 1, 64, 0, 0, 87040,
      fw_fwd_d128_bm64_bn64_w4_s2_qr_f16, fw_fwd_d128_bm64_bn64_w4_s2_qr_bf16},
-    {"wg-bm128-bn128-s3", FW_FWD_WG, 90, 128, 128, 128, 8, 3, 0, 128, 0, 230400,
+    {"wg-bm128-bn128-s3", FW_FWD_WG, 90, 128, 128, 128, 8, 3, 0, 128, 0, 0, 230400,
      fw_fwd_d128_wg_bm128_bn128_s3_f16, fw_fwd_d128_wg_bm128_bn128_s3_bf16},
-    {"wg-bm192-bn64-s3", FW_FWD_WG, 90, 128, 192, 64, 12, 3, 0, 64, 0, 148480,
+    {"wg-bm192-bn64-s3", FW_FWD_WG, 90, 128, 192, 64, 12, 3, 0, 64, 0, 0, 148480,
      fw_fwd_d128_wg_bm192_bn64_s3_f16, fw_fwd_d128_wg_bm192_bn64_s3_bf16},
-    {"ws-bm128-bn128-s3", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 0, 230656,
+    {"ws-bm128-bn128-s3", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 0, 0, 230656,
      fw_fwd_d128_ws_bm128_bn128_s3_f16, fw_fwd_d128_ws_bm128_bn128_s3_bf16},
-    {"ws-bm128-bn128-s3-pp", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 1, 230656,
+    {"ws-bm128-bn128-s3-pp", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 1, 0, 230656,
      fw_fwd_d128_ws_bm128_bn128_s3_pp_f16, fw_fwd_d128_ws_bm128_bn128_s3_pp_bf16},
-    {"bm64-bn64-w4-s2", FW_FWD_MMA, 80, 256, 64, 64, 4, 2, 0, 64, 0, 168960,
+    {"wsp-bm128-bn128-s3", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 0, 1, 230656,
+     fw_fwd_d128_wsp_bm128_bn128_s3_f16, fw_fwd_d128_wsp_bm128_bn128_s3_bf16},
+    {"bm64-bn64-w4-s2", FW_FWD_MMA, 80, 256, 64, 64, 4, 2, 0, 64, 0, 0, 168960,
      fw_fwd_d256_bm64_bn64_w4_s2_f16, fw_fwd_d256_bm64_bn64_w4_s2_bf16},
-    {"bm64-bn32-w4-s2", FW_FWD_MMA, 80, 256, 64, 32, 4, 2, 0, 32, 0, 101376,
+    {"bm64-bn32-w4-s2", FW_FWD_MMA, 80, 256, 64, 32, 4, 2, 0, 32, 0, 0, 101376,
      fw_fwd_d256_bm64_bn32_w4_s2_f16, fw_fwd_d256_bm64_bn32_w4_s2_bf16},
-    {"bm128-bn64-w8-s2", FW_FWD_MMA, 80, 256, 128, 64, 8, 2, 0, 64, 0, 202752,
+    {"bm128-bn64-w8-s2", FW_FWD_MMA, 80, 256, 128, 64, 8, 2, 0, 64, 0, 0, 202752,
      fw_fwd_d256_bm128_bn64_w8_s2_f16, fw_fwd_d256_bm128_bn64_w8_s2_bf16},
 };
 extern "C" const int fw_fwd_nrecords = (int)(sizeof fw_fwd_records / sizeof fw_fwd_records[0]);
 
-/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, smem, f16, bf16 */
+/* name, kernel, arch, d, bm, bn, warps, stages, q_in_regs, sub_n, pingpong, persistent, smem, f16, bf16 */
 extern "C" const fw_fwd_record fw_fwd_varlen_records[] = {
-    {"ws-bm128-bn128-s3-varlen", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 0, 115968,
+    {"ws-bm128-bn128-s3-varlen", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 0, 0, 115968,
      fw_fwd_d64_ws_bm128_bn128_s3_varlen_f16, fw_fwd_d64_ws_bm128_bn128_s3_varlen_bf16},
-    {"ws-bm128-bn128-s3-pp-varlen", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 1, 115968,
+    {"ws-bm128-bn128-s3-pp-varlen", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 1, 0, 115968,
      fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_f16, fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_bf16},
-    {"ws-bm128-bn128-s3-varlen", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 0, 230656,
+    {"ws-bm128-bn128-s3-varlen", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 0, 0, 230656,
      fw_fwd_d128_ws_bm128_bn128_s3_varlen_f16, fw_fwd_d128_ws_bm128_bn128_s3_varlen_bf16},
-    {"ws-bm128-bn128-s3-pp-varlen", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 1, 230656,
+    {"ws-bm128-bn128-s3-pp-varlen", FW_FWD_WS, 90, 128, 128, 128, 12, 3, 0, 128, 1, 0, 230656,
      fw_fwd_d128_ws_bm128_bn128_s3_pp_varlen_f16, fw_fwd_d128_ws_bm128_bn128_s3_pp_varlen_bf16},
 };
 extern "C" const int fw_fwd_nvarlen_records = (int)(sizeof fw_fwd_varlen_records / sizeof fw_fwd_varlen_records[0]);

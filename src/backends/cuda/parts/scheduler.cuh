@@ -102,6 +102,22 @@ struct persistent_tile_scheduler {
         t.b = it / (num_m_blocks * heads);
         return t;
     }
+    /* The other order, for causal-like masks: heads and batch entries fastest, query blocks longest first (the
+     * heaviest block of every head before the next heaviest), dealt out in a snake: every other round of the
+     * grid's blocks runs backwards, so a block that drew a heavier tile in one round draws a lighter one in the
+     * next (the last round, if partial, runs forwards). A stride over the query-block-fastest order would hand
+     * each block the same few query blocks of every head (the stride modulo their count), some only heavy ones. */
+    __device__ __forceinline__ tile_coord tile_heads_first(int it) const
+    {
+        const int g = (int)gridDim.x, round = it / g;
+        if ((round & 1) && (round + 1) * g <= count) it = round * g + g - 1 - it % g;
+        tile_coord t;
+        const int hb = count / num_m_blocks;
+        t.m_block = num_m_blocks - 1 - it / hb;
+        t.h = it % heads;
+        t.b = it % hb / heads;
+        return t;
+    }
 };
 /* The static grid's tile (longest first) as a loop of one. */
 struct single_tile_scheduler {
