@@ -81,12 +81,14 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
      * block's loads under this one's epilogue) at D=64 where launch and epilogue weigh most, over three H200 runs:
      * 1.10-1.18x the one-block-a-tile grid at L=512 (causal 1.03-1.15x), 1.05-1.11x at L=1024 (causal 1.00-1.11x),
      * 1.01-1.07x at L=2048 without a mask; causal from L=2048 and at D=128 (staging in Q, whose next load then
-     * waits) it was no faster. */
+     * waits) it was no faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster at
+     * L=512 and -0.2 to +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
     const int causal_like = p->window_right < p->seqlen_q + p->seqlen_k + 1;
     const int persistent = dpad == 64 && p->seqlen_q <= (causal_like ? 1024 : 2048);
+    const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
     const int ws_ok = blocks128 >= 132 && (dpad == 128 || dpad == 64);
     for (int i = 0; ws_ok && i < n; i++)
-        if (rs[i].kernel == FW_FWD_WS && !rs[i].pingpong && rs[i].bn == 128 && rs[i].persistent == persistent &&
+        if (rs[i].kernel == FW_FWD_WS && rs[i].pingpong == pingpong && rs[i].bn == 128 && rs[i].persistent == persistent &&
             fw_fwd_record_runs(&rs[i], di, k))
             return &rs[i];
     /* Otherwise the mma.sync record closest to the preferred shape (the first of equal scores). */
