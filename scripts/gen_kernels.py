@@ -180,7 +180,7 @@ def launch_name(r, dt):
 
 
 LAUNCH = {"fwd.mma": "mma_launch", "fwd.wg": "wg_launch", "fwd.ws": "ws_launch"}
-PROTO = "cudaError_t {}(const fw_fwd_params *p, int batch, const fw_fwd_seqs *{}, cudaStream_t stream)"
+PROTO = "cudaError_t {}(const fw_fwd_params *p, int batch, const fw_cuda_seqs *{}, cudaStream_t stream)"
 
 
 def proto(r, dt, decl=False):

@@ -130,10 +130,7 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
     a.B = varlen ? 1 : (int)p->batch; a.H = (int)p->heads; a.Hkv = (int)p->kv_heads; a.group = (int)p->group;
     a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k; a.D = (int)p->head_dim;
     a.scale = p->scale;
-    if (varlen) { /* Lq, Lk above: the longest sequences (max_seqlen_q/k), the lengths' bound */
-        a.seqs.cu_q = p->cu_seqlens_q; a.seqs.cu_k = p->cu_seqlens_k;
-        a.seqs.total_q = p->total_q; a.seqs.total_k = p->total_k; a.seqs.batch = (int)p->batch;
-    }
+    if (varlen) fw_cuda_seqs_fill(&a.seqs, p); /* Lq, Lk above: the longest sequences, the lengths' bound */
 
     const cudaStream_t s = (cudaStream_t)ex->stream;
     const size_t rows = (size_t)fw_bwd_stat_rows(p);

@@ -49,7 +49,7 @@ template <int BM, int BN> __device__ __forceinline__ fwparts::query_block dq_blo
     return fwparts::query_block::of<BM, BN>(p, p.has_window, nmb);
 }
 
-/* ---- ragged batches (fw_bwd_seqs; the records' varlen launches) -------------------------------------------------
+/* ---- ragged batches (fw_cuda_seqs; the records' varlen launches) ------------------------------------------------
  * The grid is linear over (slot, head) (parts/scheduler.cuh: varlen_tile_scheduler): a dK/dV kernel's slots are its
  * sequences' key blocks (kv heads), a dQ kernel's their query blocks (query heads). A block finds its sequence from
  * the device offsets (clamped: corrupted ones cannot reach outside the tensors) and then runs the dense kernel's body
@@ -123,7 +123,7 @@ __device__ __forceinline__ bool ragged_block(const P &a, bool longest_first, P &
 }
 
 /* Blocks of a ragged batch's grid: BLOCK rows (KEYS: keys) a block, heads (KEYS: kv heads) of its own. */
-template <int BLOCK, bool KEYS> static inline unsigned ragged_blocks(const fw_bwd_seqs &s, int heads)
+template <int BLOCK, bool KEYS> static inline unsigned ragged_blocks(const fw_cuda_seqs &s, int heads)
 {
     return (unsigned)fwparts::varlen_tile_scheduler::blocks(KEYS ? s.total_k : s.total_q, s.batch, heads, BLOCK);
 }

@@ -11,24 +11,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime.h>
+#include "backends/cuda/common/seqs.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A ragged (varlen) batch as the kernels see it: q, o, dout, dq packed (1, H, total_q, D), k, v, dk, dv packed
- * (1, H_kv, total_k, D), sequence b owning query rows cu_q[b] .. cu_q[b+1] - 1 and key rows cu_k[b] .. cu_k[b+1] - 1
- * (offsets on the device, clamped by the kernels: parts/scheduler.cuh's seq_span). The fields are the forward's
- * fw_fwd_seqs, so that one tile scheduler serves both. */
-typedef struct fw_bwd_seqs {
-    const int32_t *cu_q, *cu_k;
-    int64_t total_q, total_k; /* the packed tensors' rows */
-    int batch;                /* sequences */
-} fw_bwd_seqs;
-
 /* Everything a backward launch needs; strides (batch, head, seq) in elements. The CUDA-core kernels take it as
  * it is; the tensor-core kernels take fw_bwd_tc_params (launch.cuh converts).
- * A ragged batch (a record's varlen launch): B = 1, Lq and Lk the longest sequences (max_seqlen_q/k), seqs set;
+ * A ragged batch (a record's varlen launch): q, o, dout, dq packed (1, H, total_q, D), k, v, dk, dv packed
+ * (1, H_kv, total_k, D); B = 1, Lq and Lk the longest sequences (max_seqlen_q/k), seqs set (common/seqs.h: the
+ * forward takes the same type, so that one tile scheduler serves both);
  * lse, delta (and lse2) and dq_acc are then sequence-major workspaces, sequence b's (H, lq_b) rows from row
  * H·cu_q[b] (kernel_common.cuh: seq_problem), lse the forward's LSE copied there (preprocess.cuh). */
 typedef struct fw_bwd_args {
@@ -42,7 +35,7 @@ typedef struct fw_bwd_args {
     long long off, wl, wr; /* fw_problem's diag_offset, window_left, window_right (FW_UNBOUNDED ok) */
     int B, H, Hkv, group, Lq, Lk, D;
     float scale;
-    fw_bwd_seqs seqs; /* ragged batches only (last: the dense kernels' fields keep their places) */
+    fw_cuda_seqs seqs; /* ragged batches only (last: the dense kernels' fields keep their places) */
 } fw_bwd_args;
 
 /* The tensor-core kernels' arguments: fw_bwd_args with the window folded into ints that cannot overflow. */
@@ -55,7 +48,7 @@ typedef struct fw_bwd_tc_params {
     int B, H, group, Lq, Lk, d;
     int off, wl, wr, has_window; /* visible: i + off − wl <= j <= i + off + wr (when has_window) */
     float scale, scale_log2;
-    fw_bwd_seqs seqs; /* ragged batches only, as in fw_bwd_args */
+    fw_cuda_seqs seqs; /* ragged batches only, as in fw_bwd_args */
 } fw_bwd_tc_params;
 
 /* A record's launch for one element type: the dK/dV kernel, and in the deterministic mode (atomic_dq = 0) the dQ

@@ -4,7 +4,7 @@
  * Before: Δ_i = rowsum(dO_i ∘ O_i) in f32, FW_BWD_DELTA_LANES lanes per row, into a workspace (B, H, Lq); for the
  * tensor-core kernels also lse2_i = LSE_i · log2 e (softmax.cuh: +inf where LSE = −inf, so that P = 0 there).
  * After, in the atomic dQ mode: the f32 dQ accumulator (B, H, Lq, D) into dq in its dtype and strides.
- * Ragged batches (fw_bwd_seqs): the same per sequence-major row (kernel_common.cuh: seq_problem), on a grid over
+ * Ragged batches (fw_cuda_seqs): the same per sequence-major row (kernel_common.cuh: seq_problem), on a grid over
  * every sequence's blocks of FW_BWD_DELTA_ROWS query rows (parts/scheduler.cuh), the LSE read from the forward's
  * (H, total_q) layout and written sequence-major as the kernels read it (lse2, or for the CUDA-core records the
  * LSE itself). */
@@ -134,7 +134,7 @@ struct fw_bwd_delta_varlen_args {
     long long o_s[3], do_s[3];
     const float *lse;
     float *delta, *stats;
-    fw_bwd_seqs seqs;
+    fw_cuda_seqs seqs;
     int H, max_q, max_k, D, vec, stats_log2;
 };
 
@@ -178,11 +178,7 @@ static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *stats,
         a.delta = delta;
         a.stats = stats;
         a.stats_log2 = stats_log2;
-        a.seqs.cu_q = p->cu_seqlens_q;
-        a.seqs.cu_k = p->cu_seqlens_k;
-        a.seqs.total_q = p->total_q;
-        a.seqs.total_k = p->total_k;
-        a.seqs.batch = (int)p->batch;
+        fw_cuda_seqs_fill(&a.seqs, p);
         a.H = (int)p->heads;
         a.max_q = (int)p->seqlen_q;
         a.max_k = (int)p->seqlen_k;

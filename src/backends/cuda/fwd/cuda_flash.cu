@@ -107,13 +107,8 @@ static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cf
     a.persist_blocks = cap > 0 && cap < di.sm_count ? cap : di.sm_count;
     a.scale = p->scale;
     a.scale_log2 = p->scale * 1.4426950408889634f;
-    fw_fwd_seqs seqs; /* ragged: Lq, Lk above are the maxima, the offsets and totals here */
-    memset(&seqs, 0, sizeof seqs);
-    seqs.cu_q = p->cu_seqlens_q;
-    seqs.cu_k = p->cu_seqlens_k;
-    seqs.total_q = p->total_q;
-    seqs.total_k = p->total_k;
-    seqs.batch = (int)p->batch;
+    fw_cuda_seqs seqs; /* ragged: Lq, Lk above are the maxima, the offsets and totals here */
+    fw_cuda_seqs_fill(&seqs, p);
     const fw_fwd_launch_fn fn = p->dtype == FW_F16 ? r->f16 : r->bf16;
     cudaError_t e = fn(&a, (int)p->batch, p->kind == FW_CALL_VARLEN ? &seqs : NULL, (cudaStream_t)ex->stream);
     if (prev != p->device.index) cudaSetDevice(prev);

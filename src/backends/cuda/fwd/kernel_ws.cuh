@@ -19,7 +19,7 @@
  * weighs most at short sequences. Q is released once read (q_free), or after the epilogue where O stages in
  * Q's rows (ws_stage_in_q).
  *
- * VARLEN: ragged batches (fw_fwd_seqs). The maps cover the packed (total, H, D) tensors; each block takes its
+ * VARLEN: ragged batches (fw_cuda_seqs). The maps cover the packed (total, H, D) tensors; each block takes its
  * sequence from the ragged scheduler (scheduler.cuh) and loads at the sequence's rows. It then runs as the
  * dense kernel on that sequence's own problem (varlen_block), with two differences at the sequence's end:
  * query rows past it are computed but never stored (nor their LSE), and key rows past it, which belong to
@@ -41,7 +41,7 @@ namespace fwfwd {
 struct tma_maps {
     CUtensorMap q, k, v;
     int swap_q, swap_k, swap_v;
-    fw_fwd_seqs seqs;
+    fw_cuda_seqs seqs;
 };
 
 /* The mbarriers: Q (resident), K and V per stage, "empty" per stage. */
@@ -71,7 +71,7 @@ template <class C> constexpr size_t ws_smem_bytes()
  * dense problem (its lengths, its diagonal lk - lq; o and lse moved to its rows). False: a slot past its
  * sequence's query blocks, no work. */
 template <typename T, int BM, int BN>
-__device__ __forceinline__ bool varlen_block(const fw_fwd_params &p, const fw_fwd_seqs &s, fwparts::query_block &blk,
+__device__ __forceinline__ bool varlen_block(const fw_fwd_params &p, const fw_cuda_seqs &s, fwparts::query_block &blk,
                                              fw_fwd_params &sp, int &q_row0, int &k_row0)
 {
     fwparts::tile_coord t;
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(384, 1) ws_kernel(const fw_fwd_params p, const
 
 /* seqs: VARLEN's batch (fw_fwd_launch_fn); its maps are of the packed tensors (one batch entry of total rows). */
 template <typename T, class C>
-static cudaError_t ws_launch(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+static cudaError_t ws_launch(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     constexpr int BM = C::BM;
     tma_maps m;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime.h>
+#include "backends/cuda/common/seqs.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,20 +35,12 @@ typedef struct fw_fwd_params {
     float scale;
 } fw_fwd_params;
 
-/* A ragged (varlen) batch: q, o packed as (1, H, total_q, D) and k, v as (1, H_kv, total_k, D), sequence b
- * owning rows cu_q[b] .. cu_q[b+1] - 1 and keys cu_k[b] .. cu_k[b+1] - 1. The offsets live on the device and
- * the kernels clamp them (parts/scheduler.cuh: seq_span); fw_fwd_params's Lq and Lk are then the maxima
- * (max_seqlen_q/k) and its batch strides unused. */
-typedef struct fw_fwd_seqs {
-    const int32_t *cu_q, *cu_k; /* batch + 1 offsets each, on the device */
-    int64_t total_q, total_k;   /* the packed tensors' rows */
-    int batch;                  /* sequences */
-} fw_fwd_seqs;
-
-/* Host-side launch of one configuration for one element type; returns a cudaError_t. seqs: the ragged batch
- * for a record of the varlen table (NULL otherwise: dense records ignore it). A varlen record returns
- * cudaErrorNotSupported, launching nothing, where the driver refuses a tensor map of the packed tensors. */
-typedef cudaError_t (*fw_fwd_launch_fn)(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs,
+/* Host-side launch of one configuration for one element type; returns a cudaError_t. seqs: the ragged (varlen)
+ * batch for a record of the varlen table (common/seqs.h; NULL otherwise: dense records ignore it), with q, o
+ * packed as (1, H, total_q, D), k, v as (1, H_kv, total_k, D), fw_fwd_params's Lq and Lk the maxima
+ * (max_seqlen_q/k) and its batch strides unused. A varlen record returns cudaErrorNotSupported, launching
+ * nothing, where the driver refuses a tensor map of the packed tensors. */
+typedef cudaError_t (*fw_fwd_launch_fn)(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs,
                                         cudaStream_t stream);
 
 typedef enum fw_fwd_kernel {

@@ -75,83 +75,83 @@ static_assert(ws_smem_bytes<d128_wsp_bm128_bn128_s3>() == 230656, "kernels.tsv: 
 
 } /* namespace fwfwd */
 
-extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d128_bm128_bn64_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d128_bm128_bn64_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_sb32_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_sb32_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d128_bm128_bn64_w4_s2_sb32>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_sb32_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w4_s2_sb32_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d128_bm128_bn64_w4_s2_sb32>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn32_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn32_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d128_bm128_bn32_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn32_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn32_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d128_bm128_bn32_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w8_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w8_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d128_bm128_bn64_w8_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w8_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm128_bn64_w8_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d128_bm128_bn64_w8_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm64_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm64_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d128_bm64_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_bm64_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_bm64_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d128_bm64_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_wg_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_wg_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__half, fwfwd::d128_wg_bm128_bn128_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_wg_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_wg_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__nv_bfloat16, fwfwd::d128_wg_bm128_bn128_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_wg_bm192_bn64_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_wg_bm192_bn64_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__half, fwfwd::d128_wg_bm192_bn64_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_wg_bm192_bn64_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_wg_bm192_bn64_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__nv_bfloat16, fwfwd::d128_wg_bm192_bn64_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d128_ws_bm128_bn128_s3>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d128_ws_bm128_bn128_s3>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d128_ws_bm128_bn128_s3_pp>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d128_ws_bm128_bn128_s3_pp>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d128_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d128_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d128_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
 }

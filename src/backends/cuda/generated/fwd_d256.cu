@@ -25,27 +25,27 @@ static_assert(mma_smem_bytes<d256_bm128_bn64_w8_s2>() == 202752, "kernels.tsv: s
 
 } /* namespace fwfwd */
 
-extern "C" cudaError_t fw_fwd_d256_bm64_bn64_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d256_bm64_bn64_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d256_bm64_bn64_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d256_bm64_bn64_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d256_bm64_bn64_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d256_bm64_bn64_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d256_bm64_bn32_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d256_bm64_bn32_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d256_bm64_bn32_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d256_bm64_bn32_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d256_bm64_bn32_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d256_bm64_bn32_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d256_bm128_bn64_w8_s2_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d256_bm128_bn64_w8_s2_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d256_bm128_bn64_w8_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d256_bm128_bn64_w8_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d256_bm128_bn64_w8_s2_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d256_bm128_bn64_w8_s2>(p, batch, stream);
 }

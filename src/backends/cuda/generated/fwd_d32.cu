@@ -19,19 +19,19 @@ static_assert(mma_smem_bytes<d32_bm64_bn64_w4_s2_qr>() == 25600, "kernels.tsv: s
 
 } /* namespace fwfwd */
 
-extern "C" cudaError_t fw_fwd_d32_bm128_bn128_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d32_bm128_bn128_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d32_bm128_bn128_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d32_bm128_bn128_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d32_bm128_bn128_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d32_bm128_bn128_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d32_bm64_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d32_bm64_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d32_bm64_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d32_bm64_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d32_bm64_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d32_bm64_bn64_w4_s2_qr>(p, batch, stream);
 }

@@ -75,83 +75,83 @@ static_assert(ws_smem_bytes<d64_wsp_bm128_bn128_s3>() == 134400, "kernels.tsv: s
 
 } /* namespace fwfwd */
 
-extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d64_bm128_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d64_bm128_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d64_bm128_bn128_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d64_bm128_bn128_w4_s2>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_qr_sb64_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_qr_sb64_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d64_bm128_bn128_w4_s2_qr_sb64>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_qr_sb64_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn128_w4_s2_qr_sb64_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d64_bm128_bn128_w4_s2_qr_sb64>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s3_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s3_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d64_bm128_bn64_w4_s3_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s3_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s3_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d64_bm128_bn64_w4_s3_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm64_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm64_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__half, fwfwd::d64_bm64_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_bm64_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_bm64_bn64_w4_s2_qr_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::mma_launch<__nv_bfloat16, fwfwd::d64_bm64_bn64_w4_s2_qr>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_wg_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_wg_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__half, fwfwd::d64_wg_bm128_bn128_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_wg_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_wg_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__nv_bfloat16, fwfwd::d64_wg_bm128_bn128_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_wg_bm192_bn64_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_wg_bm192_bn64_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__half, fwfwd::d64_wg_bm192_bn64_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_wg_bm192_bn64_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_wg_bm192_bn64_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
 {
     return fwfwd::wg_launch<__nv_bfloat16, fwfwd::d64_wg_bm192_bn64_s3>(p, batch, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d64_ws_bm128_bn128_s3>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_ws_bm128_bn128_s3>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d64_ws_bm128_bn128_s3_pp>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_ws_bm128_bn128_s3_pp>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d64_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
 }

@@ -23,19 +23,19 @@ static_assert(ws_smem_bytes<d64_ws_bm128_bn128_s3_pp_varlen>() == 115968, "kerne
 
 } /* namespace fwfwd */
 
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d64_ws_bm128_bn128_s3_varlen>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_ws_bm128_bn128_s3_varlen>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_f16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__half, fwfwd::d64_ws_bm128_bn128_s3_pp_varlen>(p, batch, seqs, stream);
 }
-extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_bf16(const fw_fwd_params *p, int batch, const fw_fwd_seqs *seqs, cudaStream_t stream)
+extern "C" cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_ws_bm128_bn128_s3_pp_varlen>(p, batch, seqs, stream);
 }

@@ -218,7 +218,7 @@ __device__ __forceinline__ void clamp_rows(int32_t a, int32_t e, int64_t total, 
  * synchronisation, CUDA graphs stay valid) and holds at most one empty slot per sequence, where a grid of
  * max_seqlen_q's blocks per sequence leaves most of a spread batch empty. A block finds its sequence with
  * a 32-way search of the offsets in each warp (one round of loads up to 32 sequences, two up to 1024);
- * a slot past its sequence's blocks has no work. S: batch, cu_q, cu_k, total_q, total_k (fw_fwd_seqs). */
+ * a slot past its sequence's blocks has no work. S: batch, cu_q, cu_k, total_q, total_k (fw_cuda_seqs). */
 struct varlen_tile_scheduler {
     /* Blocks of the grid (the caller checks that they fit 2^31 - 1). */
     static int64_t blocks(int64_t total_q, int64_t batch, int64_t heads, int bm) { return (total_q / bm + batch) * heads; }
