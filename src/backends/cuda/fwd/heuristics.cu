@@ -81,7 +81,7 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
      * block's loads under this one's epilogue) at D=64 where launch and epilogue weigh most, over three H200 runs
      * and one H100 run: 1.09-1.18x the one-block-a-tile grid at L=512, 1.05-1.11x at L=1024, 1.01-1.07x at L=2048
      * without a mask; causal 1.03-1.15x at L=512 on the H200 (0.99x on the H100), but from L=1024 0.94x on the
-     * H100 and less above (its heads-first order re-reads K and V); at D=128 (staging in Q, whose next load then
+     * H100 and less above (its heads-first order the suspect); at D=128 (staging in Q, whose next load then
      * waits) it was no faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster at
      * L=512 and -0.2 to +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
     const int causal_like = p->window_right < p->seqlen_q + p->seqlen_k + 1;
