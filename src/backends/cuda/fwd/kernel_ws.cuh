@@ -333,6 +333,7 @@ static cudaError_t ws_launch(const fw_fwd_params *p, int batch, const fw_cuda_se
         grid = dim3((unsigned)fwparts::varlen_tile_scheduler::blocks(seqs->total_q, seqs->batch, p->H, BM));
     } else if constexpr (C::PERSISTENT) { /* one block an SM (at most one fits), none idle from the start */
         const int64_t tiles = (int64_t)q.num_m_blocks * p->H * batch, cap = p->persist_blocks > 0 ? p->persist_blocks : 132;
+        if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration; /* the kernel counts tiles in int */
         grid = fwparts::persistent_tile_scheduler::grid((int)(tiles < cap ? tiles : cap));
     } else {
         grid = fwparts::static_tile_scheduler::grid(q.num_m_blocks, p->H, batch);
