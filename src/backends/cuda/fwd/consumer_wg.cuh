@@ -85,16 +85,13 @@ template <typename T, int D, int BN, int BM> struct wg_consumer {
     /* P into the A fragments, only once the P·V product that read them has retired (writing an in-flight
      * wgmma's input registers is undefined; ptxas would serialise the wgmmas to avoid it). */
     __device__ __forceinline__ void p_to_a() { fwparts::acc_tiles_to_a<T, KN>(s[0], pa); }
-    /* The epilogue of this warp's 16 rows; stage: the block's staging area (BM x (D + 8) elements), free of
-     * any reader. */
-    __device__ __forceinline__ void store(const fw_fwd_params &p, T *stage, int m0, int b, int h, int lane)
+    /* The epilogue of this warp's 16 rows; stage: the block's staging area (BM x (D + 8) elements), or with
+     * fwparts::stage_swizzled this warp's own (16 x D, the persistent kernel's), free of any reader. */
+    template <class Layout = fwparts::stage_padded<D>>
+    __device__ __forceinline__ void store(const fw_fwd_params &p, T *stage, int m0, int b, int h, int lane, Layout = Layout())
     {
-        fwparts::store_output<T, D, 1, const fw_fwd_params &>(p, stage, o, sm.row_m, sm.row_l, m0, b, h, lane, *this);
-    }
-    /* The same through this warp's own staging area of 16 x D elements (the persistent kernel's). */
-    __device__ __forceinline__ void store_swizzled(const fw_fwd_params &p, T *stage, int m0, int b, int h, int lane)
-    {
-        fwparts::store_output_swizzled<T, D, 1, const fw_fwd_params &>(p, stage, o, sm.row_m, sm.row_l, m0, b, h, lane, *this);
+        fwparts::store_output<T, D, 1, const fw_fwd_params &>(p, stage, o, sm.row_m, sm.row_l, m0, b, h, lane, *this,
+                                                              Layout());
     }
 };
 

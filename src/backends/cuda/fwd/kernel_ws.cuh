@@ -49,8 +49,8 @@ template <class C> using ws_ring = fwparts::mbar_ring<C::STAGES, 2, 1>;
 
 /* PERSISTENT: where the epilogue stages O. Its own area after the mbarriers (store_output's BM x (D + 8)
  * elements) where that fits the 227 KB a block may have; else each warp's 16 rows of D elements in its
- * consumer's rows of the Q tile, once read (store_output_swizzled; the next Q then loads after the epilogue, as
- * in FlashAttention-3). Measured on an H200 (D = 64), the padded area ran 2-8% faster than unpadded swizzled
+ * consumer's rows of the Q tile, once read (parts/epilogue.cuh: stage_swizzled; the next Q then loads after the
+ * epilogue, as in FlashAttention-3). Measured on an H200 (D = 64), the padded area ran 2-8% faster than unpadded swizzled
  * rows in the same place. */
 template <class C> constexpr size_t ws_own_stage_bytes() { return (size_t)C::BM * (C::D + 8) * 2; }
 template <class C> constexpr bool ws_stage_in_q()
@@ -208,7 +208,7 @@ __device__ __forceinline__ void consume_query_block(wg_consumer<T, C::D, C::BN, 
     turns.finish();
     if constexpr (C::PERSISTENT) {
         __syncwarp(); /* this warp's lanes are done reading its rows' last use */
-        if constexpr (IN_Q) w.store_swizzled(pp, stage, m0, blk.b, blk.h, lane);
+        if constexpr (IN_Q) w.store(pp, stage, m0, blk.b, blk.h, lane, stage_swizzled<D>());
         else w.store(pp, stage, m0, blk.b, blk.h, lane);
         if constexpr (IN_Q) { /* the staged rows are read: the next Q may load over them */
             fence_proxy_async();

@@ -1,12 +1,11 @@
 /* Epilogues: the stores of accumulators that end a kernel.
  *
  * store_output (the 16-bit forward): each warp normalises its rows of O (online_softmax's 1/l), rounds them to T,
- * stages them in shared memory (rows padded to D + 8 elements: no bank conflicts on the 4-byte writes of
- * the accumulator layout), and copies them out with 16-byte stores, whole rows per quarter warp; the row's
- * log-sum-exp goes to lse (B, H, Lq) when asked for. Rows past Lq and columns past the real head dim d are
- * not written. P: a kernel parameter struct with o, o_sb, o_sh, o_ss, lse, H, Lq, d, scale. store_output_swizzled: the
- * same through a warp's own unpadded area.
- *
+ * stages them in shared memory (the block's rows padded to D + 8 elements, or a warp's own rows swizzled: no
+ * bank conflicts on the 4-byte writes of the accumulator layout either way), and copies them out with 16-byte
+ * stores, whole rows per quarter warp; the row's log-sum-exp goes to lse (B, H, Lq) when asked for. Rows past Lq
+ * and columns past the real head dim d are not written. P: a kernel parameter struct with o, o_sb, o_sh, o_ss,
+ * lse, H, Lq, d, scale.
  *
  * store_m16_f32 (the f32 forward): the rows of one m16 tile in the accumulator layout, normalised (log2_scores'
  * final step) and stored straight to global memory, which holds f32 rows as they are.
@@ -23,17 +22,33 @@
 
 namespace fwparts {
 
+/* store_output's staging layouts: where chunk `chunk` (16 bytes) of staged row `row` lies, in elements.
+ * stage_padded: the block's BM x (D + 8) area, rows counted in the block (conflict-free 4-byte writes through the
+ * padding). stage_swizzled: a warp's own 16 MT x D area, rows counted in the warp, chunk j of row r at j ^ (r % 8)
+ * (conflict-free without padding, so that a persistent kernel can stage in memory laid out for other uses, its Q
+ * tile; D >= 64). */
+template <int D> struct stage_padded {
+    static constexpr bool BLOCK_ROWS = true;
+    static __device__ __forceinline__ int at(int row, int chunk) { return row * (D + 8) + chunk * 8; }
+};
+template <int D> struct stage_swizzled {
+    static_assert(D >= 64, "the swizzle permutes 8 chunks of a row");
+    static constexpr bool BLOCK_ROWS = false;
+    static __device__ __forceinline__ int at(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) * 8); }
+};
+
 /* A warp's MT m16 tiles of O (block rows w.wrow0 + 16 mt ..; this block's first row is m0; row_m, row_l: their
- * softmax statistics) to the output of (batch b, head h), staged in `stage` (the block's BM x (D + 8)
- * staging area, free of any reader: the caller's barrier). w: the thread's frag_coord (mma.cuh). The
- * parameters come by value: read through a reference, the code is simplified apart from the kernel first
- * and loads and branches differently. */
-template <typename T, int D, int MT, typename P, typename W>
+ * softmax statistics) to the output of (batch b, head h), staged in `stage` (Layout: the block's padded area, or
+ * this warp's swizzled one; free of any reader: the caller's barrier, or for a warp's own area its previous
+ * use done). w: the thread's frag_coord (mma.cuh). The parameters come by value: read through a reference, the
+ * code is simplified apart from the kernel first and loads and branches differently. */
+template <typename T, int D, int MT, typename P, typename W, class Layout = stage_padded<D>>
 __device__ __forceinline__ void store_output(const P p, T *stage, const float (&o)[MT][D / 8][4],
                                              const float (&row_m)[MT][2], const float (&row_l)[MT][2], int m0, int b,
-                                             int h, int lane, const W &w)
+                                             int h, int lane, const W &w, Layout = Layout())
 {
-    constexpr int SD = D + 8, ND = D / 8;
+    constexpr int ND = D / 8;
+    const int srow0 = Layout::BLOCK_ROWS ? w.wrow0 : 0; /* the warp's first row in the staging area */
     T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)h * p.o_sh;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -41,14 +56,15 @@ __device__ __forceinline__ void store_output(const P p, T *stage, const float (&
         for (int r = 0; r < 2; r++) {
             const float l = softmax_row_sum(row_l, mt, r);
             const float inv = softmax_inv_sum(l);
-            const int row = w.wrow0 + mt * 16 + w.g + r * 8;
+            const int row = srow0 + mt * 16 + w.g + r * 8; /* in the staging area */
+            const int brow = Layout::BLOCK_ROWS ? row : w.wrow0 + row; /* in the block */
 #pragma unroll
             for (int j = 0; j < ND; j++) {
                 const uint32_t v = pack2<T>::make(o[mt][j][r * 2] * inv, o[mt][j][r * 2 + 1] * inv);
-                *reinterpret_cast<uint32_t *>(stage + row * SD + j * 8 + w.t4 * 2) = v;
+                *reinterpret_cast<uint32_t *>(stage + Layout::at(row, j) + w.t4 * 2) = v;
             }
-            if (p.lse && w.t4 == 0 && m0 + row < p.Lq)
-                p.lse[((int64_t)b * p.H + h) * p.Lq + m0 + row] = softmax_lse(p, row_m[mt][r], l);
+            if (p.lse && w.t4 == 0 && m0 + brow < p.Lq)
+                p.lse[((int64_t)b * p.H + h) * p.Lq + m0 + brow] = softmax_lse(p, row_m[mt][r], l);
         }
     __syncwarp();
     constexpr int CPR = D / 8;
@@ -60,50 +76,7 @@ __device__ __forceinline__ void store_output(const P p, T *stage, const float (&
             const int r = c / CPR, col = c % CPR;
             const int grow = m0 + w.wrow0 + r;
             if (grow < p.Lq && col * 8 < p.d) {
-                const uint4 v = *reinterpret_cast<const uint4 *>(stage + (w.wrow0 + r) * SD + col * 8);
-                *reinterpret_cast<uint4 *>(og + (int64_t)grow * p.o_ss + col * 8) = v;
-            }
-        }
-    }
-}
-
-/* store_output with each warp's own unpadded staging area of 16 MT rows x D elements at `stage` (16-byte chunks
- * XOR-swizzled by the row, chunk j of row r at j ^ (r % 8): conflict-free 4-byte writes without the padding),
- * so that a persistent kernel can stage in memory laid out for other uses (its Q tile). The caller makes sure
- * no one else uses the area meanwhile and that this warp's lanes are done with its previous use. D >= 64. */
-template <typename T, int D, int MT, typename P, typename W>
-__device__ __forceinline__ void store_output_swizzled(const P p, T *stage, const float (&o)[MT][D / 8][4],
-                                                      const float (&row_m)[MT][2], const float (&row_l)[MT][2], int m0,
-                                                      int b, int h, int lane, const W &w)
-{
-    static_assert(D >= 64, "the swizzle permutes 8 chunks of a row");
-    constexpr int CPR = D / 8; /* 16-byte chunks a row */
-    T *og = reinterpret_cast<T *>(p.o) + (int64_t)b * p.o_sb + (int64_t)h * p.o_sh;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float l = softmax_row_sum(row_l, mt, r);
-            const float inv = softmax_inv_sum(l);
-            const int row = mt * 16 + w.g + r * 8; /* within the warp's rows */
-#pragma unroll
-            for (int j = 0; j < CPR; j++) {
-                const uint32_t v = pack2<T>::make(o[mt][j][r * 2] * inv, o[mt][j][r * 2 + 1] * inv);
-                *reinterpret_cast<uint32_t *>(stage + row * D + ((j ^ (row & 7)) * 8) + w.t4 * 2) = v;
-            }
-            if (p.lse && w.t4 == 0 && m0 + w.wrow0 + row < p.Lq)
-                p.lse[((int64_t)b * p.H + h) * p.Lq + m0 + w.wrow0 + row] = softmax_lse(p, row_m[mt][r], l);
-        }
-    __syncwarp();
-    constexpr int TOTAL = MT * 16 * CPR;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + 31) / 32; i++) {
-        const int c = lane + i * 32;
-        if (TOTAL % 32 == 0 || c < TOTAL) {
-            const int r = c / CPR, col = c % CPR;
-            const int grow = m0 + w.wrow0 + r;
-            if (grow < p.Lq && col * 8 < p.d) {
-                const uint4 v = *reinterpret_cast<const uint4 *>(stage + r * D + ((col ^ (r & 7)) * 8));
+                const uint4 v = *reinterpret_cast<const uint4 *>(stage + Layout::at(srow0 + r, col));
                 *reinterpret_cast<uint4 *>(og + (int64_t)grow * p.o_ss + col * 8) = v;
             }
         }
