@@ -41,6 +41,44 @@ template <typename T> __device__ __forceinline__ T *head_base(void *base, const 
     return reinterpret_cast<T *>(base) + (long long)b * s[0] + (long long)h * s[1];
 }
 
+/* fw_bwd_args → fw_bwd_tc_params: the window as ints (an unbounded side becomes Lq + Lk, which is as good). */
+static inline fw_bwd_tc_params make_tc_params(const fw_bwd_args *a)
+{
+    fw_bwd_tc_params p;
+    p.q = a->q; p.k = a->k; p.v = a->v; p.dout = a->dout;
+    p.dq = a->dq; p.dk = a->dk; p.dv = a->dv;
+    p.lse2 = a->lse2; p.delta = a->delta; p.dq_acc = a->dq_acc;
+    for (int i = 0; i < 3; i++) {
+        p.q_s[i] = a->q_s[i]; p.k_s[i] = a->k_s[i]; p.v_s[i] = a->v_s[i]; p.do_s[i] = a->do_s[i];
+        p.dq_s[i] = a->dq_s[i]; p.dk_s[i] = a->dk_s[i]; p.dv_s[i] = a->dv_s[i];
+    }
+    p.B = a->B; p.H = a->H; p.group = a->group; p.Lq = a->Lq; p.Lk = a->Lk; p.d = a->D;
+    const long long big = (long long)a->Lq + a->Lk + 1;
+    const long long wl = a->wl < big ? a->wl : big, wr = a->wr < big ? a->wr : big;
+    p.has_window = wl < big || wr < big;
+    p.wl = (int)wl; p.wr = (int)wr; p.off = (int)a->off;
+    p.scale = a->scale;
+    p.scale_log2 = a->scale * 1.4426950408889634f;
+    p.seqs = a->seqs;
+    return p;
+}
+
+/* lse2 and Δ of a dQ warp's rows m0 + wrow0 + 16·mt + g (+ 8) of (batch b, head h), 0 past Lq. */
+template <int MT>
+__device__ __forceinline__ void dq_row_stats(const fw_bwd_tc_params &p, int b, int h, int m0, int wrow0, int g,
+                                             float (&l2)[MT][2], float (&dl)[MT][2])
+{
+    const long long row0 = ((long long)b * p.H + h) * p.Lq;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = m0 + wrow0 + mt * 16 + g + r * 8;
+            l2[mt][r] = i < p.Lq ? p.lse2[row0 + i] : 0.f;
+            dl[mt][r] = i < p.Lq ? p.delta[row0 + i] : 0.f;
+        }
+}
+
 /* A dQ kernel's block (grid (⌈Lq/BM⌉, H, B)): its query rows, head, kv head and the key tiles of BN its rows may see;
  * under any window the last query blocks first (under a causal mask they see the most keys). */
 template <int BM, int BN> __device__ __forceinline__ fwparts::query_block dq_block(const fw_bwd_tc_params &p)

@@ -74,15 +74,7 @@ __global__ void __launch_bounds__(C::WARPS * 32) dq_mma_kernel(const fw_bwd_tc_p
     /* this thread's rows: wrow0 + 16·mt + g (+ 8) */
     const int wrow0 = warp * MT * 16;
     float l2[MT][2], dl[MT][2];
-    const long long row0 = ((long long)b * p.H + h) * p.Lq;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int i = m0 + wrow0 + mt * 16 + g + r * 8;
-            l2[mt][r] = i < p.Lq ? p.lse2[row0 + i] : 0.f;
-            dl[mt][r] = i < p.Lq ? p.delta[row0 + i] : 0.f;
-        }
+    dq_row_stats<MT>(p, b, h, m0, wrow0, g, l2, dl);
     float acc[MT][ND][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)

@@ -10,18 +10,18 @@
 
 namespace fwbwd {
 
-/* One stage of the ring of BM query rows: Q at s·STAGE_BYTES and dO right after it; lse2 at s·STAT_BYTES and Δ
- * right after it. */
-template <int D, int BM> struct qdo_stage {
+/* One stage of the ring of BM query rows of EB-byte elements: Q at s·STAGE_BYTES and dO right after it; lse2 at
+ * s·STAT_BYTES and Δ right after it. */
+template <int D, int BM, int EB = 2> struct qdo_stage {
     static constexpr int SD = D + 8;
-    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * 2;
+    static constexpr size_t STAGE_BYTES = (size_t)2 * BM * SD * EB;
     static constexpr size_t STAT_BYTES = (size_t)2 * BM * 4;
 };
 
 /* The block's BN keys and its steps (key_block), K and V into shared memory, and the load of step it's stage
  * (NT threads). */
 template <typename T, int D, int NT, int BN, int BM> struct kv_block : fwparts::key_block<BN, BM> {
-    using S = qdo_stage<D, BM>;
+    using S = qdo_stage<D, BM, (int)sizeof(T)>;
     static constexpr int SD = S::SD;
 
     __device__ __forceinline__ void init(const fw_bwd_tc_params &p, uint32_t sK, uint32_t sV, int tid)
@@ -58,7 +58,7 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block : fwparts::
         c.init(qg, p.q_s[2], m0, p.Lq, p.d, tid);
         c.template load<BM, SD>(st0, tid);
         c.init(dog, p.do_s[2], m0, p.Lq, p.d, tid);
-        c.template load<BM, SD>(st0 + BM * SD * 2, tid);
+        c.template load<BM, SD>(st0 + (uint32_t)(BM * SD * sizeof(T)), tid);
         const long long r0 = ((long long)this->b * p.H + h) * p.Lq;
         const uint32_t st = sStat + (uint32_t)(slot * S::STAT_BYTES);
         fwparts::copy_f32_row<BM>(st, p.lse2 + r0, m0, p.Lq, tid);

@@ -60,28 +60,6 @@ template <class KV> constexpr int kv_block_keys()
         return 128;
 }
 
-/* fw_bwd_args → fw_bwd_tc_params: the window as ints (an unbounded side becomes Lq + Lk, which is as good). */
-static inline fw_bwd_tc_params make_tc_params(const fw_bwd_args *a)
-{
-    fw_bwd_tc_params p;
-    p.q = a->q; p.k = a->k; p.v = a->v; p.dout = a->dout;
-    p.dq = a->dq; p.dk = a->dk; p.dv = a->dv;
-    p.lse2 = a->lse2; p.delta = a->delta; p.dq_acc = a->dq_acc;
-    for (int i = 0; i < 3; i++) {
-        p.q_s[i] = a->q_s[i]; p.k_s[i] = a->k_s[i]; p.v_s[i] = a->v_s[i]; p.do_s[i] = a->do_s[i];
-        p.dq_s[i] = a->dq_s[i]; p.dk_s[i] = a->dk_s[i]; p.dv_s[i] = a->dv_s[i];
-    }
-    p.B = a->B; p.H = a->H; p.group = a->group; p.Lq = a->Lq; p.Lk = a->Lk; p.d = a->D;
-    const long long big = (long long)a->Lq + a->Lk + 1;
-    const long long wl = a->wl < big ? a->wl : big, wr = a->wr < big ? a->wr : big;
-    p.has_window = wl < big || wr < big;
-    p.wl = (int)wl; p.wr = (int)wr; p.off = (int)a->off;
-    p.scale = a->scale;
-    p.scale_log2 = a->scale * 1.4426950408889634f;
-    p.seqs = a->seqs;
-    return p;
-}
-
 /* The dK/dV kernel of KV in mode DQM on grid_kv (VARLEN: on a ragged batch). */
 template <typename T, class KV, dq_mode DQM, bool VARLEN = false>
 static cudaError_t launch_dkdv(const fw_bwd_tc_params &p, const dim3 &grid_kv, cudaStream_t s)

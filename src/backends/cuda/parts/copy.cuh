@@ -43,10 +43,11 @@ template <int N> __device__ __forceinline__ void copy_f32_row(uint32_t s, const 
 }
 
 /* Per-thread cursor over a (seq, D) matrix for tile loads: thread tid copies the 16-byte chunks
- * (row_in + i * RS, col) of each tile, RS = NT / (D / 8). Keeping one running pointer and one
- * row step (instead of an address per chunk) keeps the register count down. */
+ * (row_in + i * RS, col) of each tile, RS = NT / (D / E), E = 16 / sizeof(T) elements a chunk. Keeping one
+ * running pointer and one row step (instead of an address per chunk) keeps the register count down. d must
+ * be a multiple of E (a chunk is all in or all out). */
 template <typename T, int D, int NT> struct tile_cursor {
-    static constexpr int CPR = D / 8;
+    static constexpr int E = 16 / (int)sizeof(T), CPR = D / E;
     static constexpr bool EVEN = NT % CPR == 0; /* else (D = 96): chunk-by-chunk addressing */
     const T *ptr;  /* EVEN: &g[(row0 + row_in) * ss + col * 8]; else &g[row0 * ss] */
     int64_t step;  /* EVEN: RS * ss; else ss */
@@ -57,7 +58,7 @@ template <typename T, int D, int NT> struct tile_cursor {
         d = d_;
         if (EVEN) {
             const int row_in = tid / CPR, col = tid % CPR;
-            ptr = g + (int64_t)(row0 + row_in) * ss + col * 8;
+            ptr = g + (int64_t)(row0 + row_in) * ss + col * E;
             step = (int64_t)(NT / CPR) * ss;
             rows_left = nrows - row0 - row_in;
         } else {
@@ -74,13 +75,13 @@ template <typename T, int D, int NT> struct tile_cursor {
         if constexpr (EVEN) {
             constexpr int RS = NT / CPR;
             static_assert(ROWS % RS == 0, "tile chunks must divide among the threads");
-            const uint32_t s0 = sbase + (uint32_t)(((tid / CPR) * SD + (tid % CPR) * 8) * 2);
-            const bool colok = (tid % CPR) * 8 < d;
+            const uint32_t s0 = sbase + (uint32_t)(((tid / CPR) * SD + (tid % CPR) * E) * sizeof(T));
+            const bool colok = (tid % CPR) * E < d;
             const T *p = ptr;
 #pragma unroll
             for (int i = 0; i < ROWS / RS; i++) {
                 const bool ok = colok && (i * RS < rows_left);
-                cp_async16(s0 + (uint32_t)(i * RS * SD * 2), p, ok ? 16 : 0);
+                cp_async16(s0 + (uint32_t)(i * RS * SD * sizeof(T)), p, ok ? 16 : 0);
                 p += step;
             }
             ptr = p;
@@ -91,9 +92,9 @@ template <typename T, int D, int NT> struct tile_cursor {
                 const int c = tid + i * NT;
                 if (TOTAL % NT == 0 || c < TOTAL) {
                     const int r = c / CPR, col = c % CPR;
-                    const bool ok = r < rows_left && col * 8 < d;
-                    const T *src = ok ? ptr + (int64_t)r * step + col * 8 : ptr;
-                    cp_async16(sbase + (uint32_t)((r * SD + col * 8) * 2), src, ok ? 16 : 0);
+                    const bool ok = r < rows_left && col * E < d;
+                    const T *src = ok ? ptr + (int64_t)r * step + col * E : ptr;
+                    cp_async16(sbase + (uint32_t)((r * SD + col * E) * sizeof(T)), src, ok ? 16 : 0);
                 }
             }
             ptr += (int64_t)ROWS * step;

@@ -83,6 +83,16 @@ __device__ __forceinline__ void store_output(const P p, T *stage, const float (&
     }
 }
 
+/* Two adjacent elements of T from f32 (dst 4-byte aligned for f16/bf16, 8-byte for f32: an even column of rows of
+ * even stride). */
+template <typename T> __device__ __forceinline__ void store_pair(T *dst, float x, float y)
+{
+    if constexpr (sizeof(T) == 4)
+        *reinterpret_cast<float2 *>(dst) = make_float2(x, y);
+    else
+        *reinterpret_cast<uint32_t *>(dst) = pack2<T>::make(x, y);
+}
+
 /* Rows row0 + g and row0 + g + 8 of a warp's m16 x (8 ND) accumulator, times scale, into a row-major T matrix with
  * row stride ss, from column col0; rows >= nrows and columns >= d are skipped. */
 template <typename T, int ND>
@@ -119,9 +129,7 @@ __device__ __forceinline__ void store_dq_rows(const P &p, T *dq, const float (&a
 #pragma unroll
             for (int j = 0; j < ND; j++) {
                 const int col = j * 8 + t4 * 2;
-                if (col < p.d)
-                    *reinterpret_cast<uint32_t *>(dq + (long long)row * p.dq_s[2] + col) =
-                        pack2<T>::make(acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
+                if (col < p.d) store_pair(dq + (long long)row * p.dq_s[2] + col, acc[j][r * 2] * p.scale, acc[j][r * 2 + 1] * p.scale);
             }
         }
     }
@@ -141,10 +149,8 @@ __device__ __forceinline__ void store_dkdv_rows(const P &p, T *dk, T *dv, const 
             for (int j = 0; j < ND; j++) {
                 const int col = col0 + j * 8 + t4 * 2;
                 if (col < p.d) {
-                    *reinterpret_cast<uint32_t *>(dk + (long long)key * p.dk_s[2] + col) =
-                        pack2<T>::make(acc_dk[j][r * 2] * p.scale, acc_dk[j][r * 2 + 1] * p.scale);
-                    *reinterpret_cast<uint32_t *>(dv + (long long)key * p.dv_s[2] + col) =
-                        pack2<T>::make(acc_dv[j][r * 2], acc_dv[j][r * 2 + 1]);
+                    store_pair(dk + (long long)key * p.dk_s[2] + col, acc_dk[j][r * 2] * p.scale, acc_dk[j][r * 2 + 1] * p.scale);
+                    store_pair(dv + (long long)key * p.dv_s[2] + col, acc_dv[j][r * 2], acc_dv[j][r * 2 + 1]);
                 }
             }
         }
