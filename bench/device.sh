@@ -31,6 +31,9 @@ Commands run in the order given (minutes on one H100 in brackets):
   f32       the seed suite (B=16 H=8 D=64 f32, L 128..2048, and seed003): cuda-flash-f32 exact,
             tf32 and 3xtf32, cuda-naive, cuda-tiled beside SDPA efficient and math on the same
             inputs, per call and device time (test_attention perf --section seed, bench/sdpa_f32.py) [3]
+  f32bwd    the f32 backward on the seed suite (B=16 H=8 D=64, L 128..2048, causal L=2048, and D=128):
+            cuda-flash-f32 exact, 3xtf32 and tf32 beside SDPA efficient and math, backward and
+            fwd+bwd, gradients against float64 (bench/sdpa_bwd.py --f32) [2]
   sdpa      every SDPA backend beside every flashwatt CUDA backend and every cuda-flash
             configuration on the grid, errors vs float64 (bench/torch_sdpa.py --configs --check) [6-9]
   energy    the tuning table, power-cap streams (300/450/600 W: the scheduler, the best static
@@ -49,9 +52,9 @@ Commands run in the order given (minutes on one H100 in brackets):
             replayed from a torch.cuda.graph, the custom op and the bare C calls
             (bench/host_overhead.py --compiled) [2]
   cpu       fma_peak, then cpu_flash_bench against that peak: cpu-flash vs cpu-naive (any machine) [2]
-  all       build test sanitize fwd bwd f32 pytest [25]: more than one 10-minute device call, so
-            split it on one machine (the build directory stays between calls): `build test
-            sanitize`, then `fwd bwd`, then `f32 pytest`
+  all       build test sanitize fwd bwd f32 f32bwd pytest [27]: more than one 10-minute device call,
+            so split it on one machine (the build directory stays between calls): `build test
+            sanitize`, then `fwd bwd`, then `f32 f32bwd pytest`
 
 Options:
   --build DIR   build directory (default build); a command that needs a build makes it if DIR has none
@@ -77,8 +80,8 @@ while [ $# -gt 0 ]; do
         --quick) QUICK=1 ;;
         --variants) VARIANTS=1 ;;
         --ext) EXT=1 ;;
-        all) CMDS+=(build test sanitize fwd bwd f32 pytest) ;;
-        build | test | sanitize | fwd | bwd | f32 | sdpa | serving | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
+        all) CMDS+=(build test sanitize fwd bwd f32 f32bwd pytest) ;;
+        build | test | sanitize | fwd | bwd | f32 | f32bwd | sdpa | serving | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
         *) echo "device.sh: unknown command or option '$1' (bench/device.sh help lists them)" >&2; exit 2 ;;
     esac
     shift
@@ -342,6 +345,17 @@ cmd_f32() {
     echo "-- each backend's own choice beside SDPA efficient: ms per call (host waits), graph = device time a call"
     grep -E " (default|-) " "$LOGS/f32_summary.txt" | grep -E "^seed" | grep -E "cuda-flash-f32|torch-efficient"
     record "f32: seed suite" "$(verdict $rc)" $((SECONDS - t0)) "$(grep -c . "$LOGS/f32_summary.txt") rows; f32_summary.txt"
+}
+
+cmd_f32bwd() {
+    need_build
+    step "the f32 backward on the seed suite beside SDPA efficient and math (bench/sdpa_bwd.py --f32)"
+    local t0=$SECONDS rc
+    py 400 f32bwd_torch.log bench/sdpa_bwd.py --f32 --json "$LOGS/f32bwd_torch.json" "${QUICK_ARG[@]}"
+    rc=$?
+    [ $rc = 0 ] || tail -20 "$LOGS/f32bwd_torch.log"
+    sed -n '/^f32 seed suite/,$p' "$LOGS/f32bwd_torch.log"
+    record "f32bwd: backward vs SDPA efficient" "$(verdict $rc)" $((SECONDS - t0)) "table above; f32bwd_torch.json"
 }
 
 cmd_sdpa() {

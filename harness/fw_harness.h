@@ -84,6 +84,10 @@ const char *fw_case_label(const fw_case *c, char *buf, size_t len);
  * (LSE also + 1e-6·|LSE|: a few f32 ulps of a large value.) */
 double fw_contract_output_tol(fw_dtype dtype, fw_precision precision, double max_abs_v, double lowp_err);
 double fw_contract_lse_tol(fw_dtype dtype, fw_precision precision);
+/* One gradient's tolerance (fw_grad_errors): ref_max its max|g_ref|, M the largest of the three, lowp_err the
+ * f16/bf16 backward's own error; f32 in tf32 holds 5e-3 · max|g_ref| + 1e-3 · M (the forward's tf32 rule, and
+ * dS = dP - delta from a tf32 dP) in place of 1e-4 · max|g_ref| + 1e-5 · M. */
+double fw_contract_grad_tol(fw_dtype dtype, fw_precision precision, double ref_max, double M, double lowp_err);
 
 typedef struct fw_errors {
     double max_abs;     /* max |O - O_ref| over elements where both are finite */
@@ -184,7 +188,8 @@ typedef struct fw_bwd {
 } fw_bwd;
 
 /* One gradient against the reference. The contract, with M the largest max|g_ref| of the three:
- *   max|g - g_ref| <= 1e-4 · max|g_ref| + 1e-5 · M + 1e-6 (+ 3 · max|g_lowp - g_ref| for f16/bf16)
+ *   max|g - g_ref| <= 1e-4 · max|g_ref| + 1e-5 · M + 1e-6 (+ 3 · max|g_lowp - g_ref| for f16/bf16; f32 in tf32:
+ *   5e-3 · max|g_ref| + 1e-3 · M + 1e-6, fw_contract_grad_tol)
  * (FlashAttention's rule; 1e-5 · M covers gradients that vanish analytically, such as dq = dk = 0
  * at Lk = 1, where f32 cancellation leaves noise of order 1e-7 · |dP|). */
 typedef struct fw_grad_errors {

@@ -352,7 +352,7 @@ fw_status fw_bwd_compare(fw_run *r, fw_bwd *b, fw_bwd_errors *e)
     e->pass = 1;
     for (int g = 0; g < 3; g++) {
         fw_grad_errors *x = &e->g[g];
-        x->tol = 1e-4 * x->ref_max + 1e-5 * M + 1e-6 + (dt == FW_F32 ? 0.0 : 3.0 * x->lowp);
+        x->tol = fw_contract_grad_tol(dt, r->c.precision, x->ref_max, M, x->lowp);
         e->pass = e->pass && x->max_abs <= x->tol && !x->unwritten && !x->stray && !x->nans;
     }
     return FW_OK;

@@ -85,6 +85,7 @@ static fw_status gpu_run_config(fw_run *r, fw_bwd *g, const fw_backend *b, const
     if (st == FW_OK) st = gpu_problem(r, g, &p, err, len);
     if (st != FW_OK) return st;
     p.deterministic = !strncmp(cfg_name, "bwd-deterministic", 17);
+    p.precision = r->c.precision;
     fw_config cfg;
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.name, sizeof cfg.name, "%.*s", (int)sizeof cfg.name - 1, cfg_name);
@@ -114,6 +115,7 @@ static fw_status gpu_run_api(fw_run *r, fw_bwd *g, const char *backend, const ch
 {
     fw_context_set_backend(ctx, backend);
     fw_context_set_deterministic(ctx, deterministic);
+    fw_context_set_precision(ctx, r->c.precision);
     fw_status st = fw_bwd_poison(r, g);
     if (st == FW_OK) st = fw_bwd_run(r, g, ctx);
     snprintf(err, len, "%s", fw_context_last_error(ctx));
@@ -191,6 +193,7 @@ static void gpu_against_dense(fw_run *r, fw_bwd *g, const fw_backend *b, const c
             st = fw_validate_backward(&tq, &tk, &tv, &to, gl, &tdo, &tdq, &tdk, &tdv, &c->params, &pd, err, sizeof err);
         if (st == FW_OK) {
             pd.deterministic = 1;
+            pd.precision = c->precision;
             fw_config cfg;
             memset(&cfg, 0, sizeof cfg);
             snprintf(cfg.name, sizeof cfg.name, "%.*s", (int)sizeof cfg.name - 1, cfg_name);
@@ -259,6 +262,7 @@ static void gpu_case(fw_case c, const char *what)
     int n = 0;
     if (gpu_problem(&r, &g, &p, msg, sizeof msg) == FW_OK) {
         p.deterministic = 0;
+        p.precision = c.precision;
         n = b->configs(&p, cfgs, FW_MAX_CONFIGS);
     }
     fwt_case(n > 0 && cfgs[0].name[0], "%s %s lists %d configurations [%s]%s%s", what, name, n, label,
@@ -291,19 +295,23 @@ static const int32_t GPU_Q[] = {0, 1, 2, 3, 5, 7, 11, 13, 331, 1, 64, 129, 0, 12
 static const int32_t GPU_K[] = {0, 1, 3, 2, 5, 13, 7, 11, 300, 2, 64, 127, 9, 128, 0};
 #define GPU_NSEQ ((int)(sizeof GPU_Q / sizeof GPU_Q[0]))
 
-/* dtype x head dim 64, 128 x GQA 1, 2, 4, 8 (8 query heads), the three masks in turn, square or Lq != Lk. */
+/* dtype x head dim 64, 128 x GQA 1, 2, 4, 8 (8 query heads), the three masks in turn, square or Lq != Lk; f32 also in
+ * 3xtf32 and tf32 (the tf32 records' ragged kernels). */
 static void gpu_grid(void)
 {
-    const fw_dtype dts[3] = {FW_F16, FW_BF16, FW_F32};
+    const fw_dtype dts[5] = {FW_F16, FW_BF16, FW_F32, FW_F32, FW_F32};
+    const fw_precision precs[5] = {FW_PRECISION_EXACT, FW_PRECISION_EXACT, FW_PRECISION_EXACT, FW_PRECISION_3XTF32,
+                                   FW_PRECISION_TF32};
     const int64_t dims[2] = {64, 128}, kv[4] = {8, 4, 2, 1};
-    for (int ti = 0; ti < 3; ti++)
+    for (int ti = 0; ti < 5; ti++)
         for (int di = 0; di < 2; di++)
             for (int ki = 0; ki < 4; ki++) {
                 if (gpu_quick && (ki + di + ti) % 3 != 0) continue;
                 const int sq = (ti + ki) % 2 == 0;
                 fw_case c = masked(varlen_case(GPU_NSEQ, GPU_Q, sq ? GPU_Q : GPU_K, 8, kv[ki], dims[di], dts[ti]),
                                    (di + ki + ti) % 3);
-                gpu_case(c, "grid");
+                c.precision = precs[ti];
+                gpu_case(c, precs[ti] == FW_PRECISION_3XTF32 ? "grid 3xtf32" : precs[ti] == FW_PRECISION_TF32 ? "grid tf32" : "grid");
             }
 }
 

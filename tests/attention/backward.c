@@ -7,7 +7,9 @@
  *   bwd-deterministic (twice, bit-identical), bwd-atomic, bwd-materialize (twice, bit-identical),
  *   cores          f16/bf16: bwd-atomic with FW_CUDA_BWD_TC=0 (the CUDA-core kernels)
  *   store          the store strategy chosen by a memory budget (att_cuda_store_check)
- * O and LSE come from cpu-ref's forward (fw_bwd_alloc). */
+ * each in every precision of the case (f32: exact, and on a CUDA device tf32 and 3xtf32, which run the tf32
+ * records; the comparison holds each to its precision's contract). O and LSE come from cpu-ref's forward
+ * (fw_bwd_alloc). */
 #include <stdlib.h>
 #include <string.h>
 #include "att.h"
@@ -44,6 +46,7 @@ typedef struct bwd_ctx {
     fw_context *ctx;
     att_out *out;
     const char *label;
+    fw_precision precision;
 } bwd_ctx;
 
 static fw_status run_way(bwd_ctx *x, const fw_backend *b, const way *w, const fw_knobs *knobs, char *err, size_t len)
@@ -55,6 +58,7 @@ static fw_status run_way(bwd_ctx *x, const fw_backend *b, const way *w, const fw
     if (!w->config) {
         fw_context_set_backend(x->ctx, b->name);
         fw_context_set_deterministic(x->ctx, w->deterministic);
+        fw_context_set_precision(x->ctx, x->precision);
         if (x->t->c.device.kind == FW_DEVICE_CPU) fw_context_set_threads(x->ctx, x->t->threads[0] ? x->t->threads[0] : 2);
         st = fw_bwd_run(r, g, x->ctx);
         snprintf(err, len, "%s", fw_context_last_error(x->ctx));
@@ -69,6 +73,7 @@ static fw_status run_way(bwd_ctx *x, const fw_backend *b, const way *w, const fw
                               err, len);
     if (st != FW_OK) return st;
     p.deterministic = w->deterministic;
+    p.precision = x->precision;
     fw_config cfg;
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.name, sizeof cfg.name, "%s", w->config);
@@ -76,6 +81,12 @@ static fw_status run_way(bwd_ctx *x, const fw_backend *b, const way *w, const fw
     err[0] = 0;
     st = b->backward(&p, &cfg, &ex);
     return st == FW_OK ? fw_run_sync(r) : st;
+}
+
+/* " tf32", " 3xtf32": the precision of a way's report line (nothing for exact). */
+static const char *precision_tag(fw_precision p)
+{
+    return p == FW_PRECISION_TF32 ? " tf32" : p == FW_PRECISION_3XTF32 ? " 3xtf32" : p == FW_PRECISION_BF16 ? " bf16" : "";
 }
 
 static void check_way(bwd_ctx *x, const fw_backend *b, const way *w)
@@ -87,7 +98,8 @@ static void check_way(bwd_ctx *x, const fw_backend *b, const way *w)
     fw_bwd_errors e;
     if (st == FW_OK) st = fw_bwd_compare(x->r, x->g, &e);
     if (st != FW_OK) {
-        att_report(x->out, 0, "%s %s [%s]: %s: %s", b->name, w->name, x->label, fw_status_string(st), err);
+        att_report(x->out, 0, "%s %s%s [%s]: %s: %s", b->name, w->name, precision_tag(x->precision), x->label,
+                   fw_status_string(st), err);
         att_env_restore(&env);
         return;
     }
@@ -109,12 +121,33 @@ static void check_way(bwd_ctx *x, const fw_backend *b, const way *w)
     att_env_restore(&env);
     const fw_grad_errors *g = e.g;
     att_report(x->out, e.pass && identical,
-               "%s %s [%s] dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e (err/tol) lowp %.2e %.2e %.2e unwritten %ld "
+               "%s %s%s [%s] dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e (err/tol) lowp %.2e %.2e %.2e unwritten %ld "
                "stray %ld nan %ld%s",
-               b->name, w->name, x->label, g[0].max_abs, g[0].tol, g[1].max_abs, g[1].tol, g[2].max_abs, g[2].tol,
+               b->name, w->name, precision_tag(x->precision), x->label, g[0].max_abs, g[0].tol, g[1].max_abs, g[1].tol, g[2].max_abs, g[2].tol,
                g[0].lowp, g[1].lowp, g[2].lowp, g[0].unwritten + g[1].unwritten + g[2].unwritten,
                g[0].stray + g[1].stray + g[2].stray, g[0].nans + g[1].nans + g[2].nans,
                identical ? "" : w->twice ? " SECOND RUN NOT BIT-IDENTICAL" : "");
+}
+
+/* cuda-flash-f32 in tf32 or 3xtf32 on a head dim and rows the tf32 records take: its default plan must name one
+ * (else the checks above would pass on the exact CUDA-core kernels). */
+static void check_tf32_default(bwd_ctx *x, const fw_backend *b)
+{
+    const fw_case *c = &x->r->c;
+    if (strcmp(b->name, "cuda-flash-f32") != 0 || x->precision == FW_PRECISION_EXACT || !b->configs || c->head_dim > 128 ||
+        c->head_dim % 4 || (c->head_dim + c->pad) % 4)
+        return;
+    char err[512] = "";
+    fw_problem p;
+    fw_status st = fw_validate_backward(&x->r->q, &x->r->k, &x->r->v, &x->r->o, x->r->lse, &x->g->dout, &x->g->dq,
+                                        &x->g->dk, &x->g->dv, &c->params, &p, err, sizeof err);
+    fw_config cfgs[FW_MAX_CONFIGS];
+    memset(cfgs, 0, sizeof cfgs);
+    p.precision = x->precision;
+    p.deterministic = 0;
+    if (st == FW_OK && b->configs(&p, cfgs, FW_MAX_CONFIGS) < 1) st = FW_ERR_INTERNAL;
+    att_report(x->out, st == FW_OK && strstr(cfgs[0].name, ":tf32-") != NULL, "%s%s [%s] default plan %s %s",
+               b->name, precision_tag(x->precision), x->label, cfgs[0].name, err);
 }
 
 /* Is name one of the comma-separated list? */
@@ -144,7 +177,7 @@ void att_backward_case(const att_case *t, att_out *out)
         fw_run_free(&r);
         return;
     }
-    bwd_ctx x = {t, &r, &g, ctx, out, label};
+    bwd_ctx x = {t, &r, &g, ctx, out, label, FW_PRECISION_EXACT};
     const int cuda = c.device.kind == FW_DEVICE_CUDA;
     const way *ways = cuda ? cuda_ways : cpu_ways;
     const int nways = cuda ? (int)(sizeof cuda_ways / sizeof cuda_ways[0]) : (int)(sizeof cpu_ways / sizeof cpu_ways[0]);
@@ -164,11 +197,18 @@ void att_backward_case(const att_case *t, att_out *out)
             else att_skip(out, "%s [%s]: %s", b->name, label, why);
             continue;
         }
-        for (int w = 0; w < nways; w++) {
-            if (ways[w].lowp_only && c.dtype == FW_F32) continue; /* f32 runs the CUDA-core kernels anyway */
-            if (t->config && !in_list(t->config, ways[w].name)) continue;
-            check_way(&x, b, &ways[w]);
+        for (int prec = 0; prec < ATT_PRECISIONS; prec++) {
+            if (!((t->precisions >> prec) & 1u) || (prec != FW_PRECISION_EXACT && c.dtype != FW_F32)) continue;
+            x.precision = (fw_precision)prec;
+            r.c.precision = x.precision; /* the comparison's contract */
+            if (cuda && !t->env) check_tf32_default(&x, b);
+            for (int w = 0; w < nways; w++) {
+                if (ways[w].lowp_only && c.dtype == FW_F32) continue; /* f32 runs the CUDA-core kernels anyway */
+                if (t->config && !in_list(t->config, ways[w].name)) continue;
+                check_way(&x, b, &ways[w]);
+            }
         }
+        r.c.precision = FW_PRECISION_EXACT;
         if (cuda && (!t->config || in_list(t->config, "store"))) att_cuda_store_check(&r, &g, b, label, out);
     }
     fw_context_destroy(ctx);

@@ -465,7 +465,7 @@ const att_section att_sections[] = {
     {"grid", BWD, CPU | CUDA, 1, "gradients of every backend, every way it runs, vs cpu-ref", att_add_backward_grid, NULL},
     {"headdims", BWD, CUDA, 1, "cuda-flash staged: head dims 1..255 off its kernels', unaligned rows and pointers",
      att_add_backward_headdims, run_stage_bwd},
-    {"variants", BWD, CUDA, 0, "the 16-bit cases with each tensor-core backward variant forced", att_add_backward_variants,
+    {"variants", BWD, CUDA, 0, "each tensor-core backward variant forced (16-bit; tf32 records in f32)", att_add_backward_variants,
      NULL},
     {"fa", PERF, CUDA, 1, "FlashAttention's grid (16k tokens, hidden 2048, bf16), every configuration", add_perf_fa, NULL},
     {"seed", PERF, CUDA, 1, "the f32 seed suite, every configuration and precision", add_perf_seed, NULL},

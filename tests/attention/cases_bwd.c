@@ -52,6 +52,8 @@ static const struct {
 };
 
 #define CPU_MAX_COST (1 << 23) /* B·H·Lq·Lk·D: the CPU takes the shapes it runs in well under a second */
+/* f32 on a CUDA device also in tf32 and 3xtf32 (the tf32 records) */
+#define CUDA_F32_PRECISIONS ((1u << FW_PRECISION_EXACT) | (1u << FW_PRECISION_TF32) | (1u << FW_PRECISION_3XTF32))
 
 static att_case make(const bwd_shape *s, fw_dtype dt)
 {
@@ -70,15 +72,28 @@ void att_add_backward_grid(att_plan *p, const att_opts *o)
         att_add(p, make(&q1, FW_F16));
         att_add(p, make(&q2, FW_BF16));
         att_case *t = att_add(p, make(&q2, FW_F32));
-        if (!cpu) t->config = "bwd-deterministic,bwd-atomic,bwd-materialize";
+        if (!cpu) {
+            t->config = "bwd-deterministic,bwd-atomic,bwd-materialize";
+            t->precisions = CUDA_F32_PRECISIONS;
+            const bwd_shape q3 = {1, 4, 2, 70, 90, 128, 1, U, U, 0, 0}; /* the head dim 128 tf32 record */
+            t = att_add(p, make(&q3, FW_F32));
+            t->config = "bwd-deterministic";
+            t->precisions = (1u << FW_PRECISION_TF32) | (1u << FW_PRECISION_3XTF32);
+        }
         return;
     }
-    for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++) att_add(p, make(&typed[i].s, typed[i].dt));
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++) {
+        att_case *t = att_add(p, make(&typed[i].s, typed[i].dt));
+        if (!cpu && typed[i].dt == FW_F32) t->precisions = CUDA_F32_PRECISIONS;
+    }
     const fw_dtype dts[3] = {FW_F32, FW_F16, FW_BF16};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const bwd_shape *s = &shapes[i];
         if (cpu && (double)s->B * s->H * s->Lq * s->Lk * s->D > CPU_MAX_COST) continue;
-        for (int d = 0; d < 3; d++) att_add(p, make(s, dts[d]));
+        for (int d = 0; d < 3; d++) {
+            att_case *t = att_add(p, make(s, dts[d]));
+            if (!cpu && dts[d] == FW_F32) t->precisions = CUDA_F32_PRECISIONS;
+        }
     }
 }
 
@@ -115,7 +130,8 @@ void att_add_backward_headdims(att_plan *p, const att_opts *o)
 }
 
 /* Every tensor-core backward record of the shape's head dim (kernels.tsv), forced by name as the default of
- * both dQ modes, on the 16-bit shapes the tensor cores take. */
+ * both dQ modes, on the 16-bit shapes the tensor cores take; the tf32 records on those shapes in f32, tf32 and
+ * 3xtf32, deterministic mode (theirs). */
 void att_add_backward_variants(att_plan *p, const att_opts *o)
 {
 #ifdef FW_HAVE_CUDA
@@ -129,6 +145,13 @@ void att_add_backward_variants(att_plan *p, const att_opts *o)
         for (int v = 0; v < n && nenv < MAX_ENV; v++) {
             if (rs[v].kernel == FW_BWD_CORES) continue;
             snprintf(env[nenv], sizeof env[nenv], "FW_CUDA_BWD_CONFIG=%s", rs[v].name);
+            if (rs[v].kernel == FW_BWD_TF32) {
+                att_case *t = att_add(p, make(&shapes[i], FW_F32));
+                t->env = env[nenv++];
+                t->config = "bwd-deterministic";
+                t->precisions = (1u << FW_PRECISION_TF32) | (1u << FW_PRECISION_3XTF32);
+                continue;
+            }
             for (int d = 0; d < 2; d++) {
                 att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : FW_F16));
                 t->env = env[nenv];

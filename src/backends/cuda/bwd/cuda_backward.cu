@@ -73,7 +73,7 @@ static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd
     if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
     const fw_bwd_launch_fn fn = varlen ? (p->dtype == FW_F32 ? r->varlen_f32 : p->dtype == FW_F16 ? r->varlen_f16 : r->varlen_bf16)
                                        : (p->dtype == FW_F32 ? r->f32 : p->dtype == FW_F16 ? r->f16 : r->bf16);
-    if (!fn) { /* the heuristics hand f32 only to CUDA-core records, ragged batches only to records with ragged kernels */
+    if (!fn) { /* the heuristics hand f32 only to CUDA-core and tf32 records, ragged batches only to records with ragged kernels */
         fw_why(ex->err, ex->err_len, "the CUDA backward's record %s has no %s%s kernels", r->name, varlen ? "ragged " : "",
                fw_dtype_name(p->dtype));
         return FW_ERR_INVALID_VALUE;
@@ -130,6 +130,7 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
     a.B = varlen ? 1 : (int)p->batch; a.H = (int)p->heads; a.Hkv = (int)p->kv_heads; a.group = (int)p->group;
     a.Lq = (int)p->seqlen_q; a.Lk = (int)p->seqlen_k; a.D = (int)p->head_dim;
     a.scale = p->scale;
+    a.precision = (int)p->precision;
     if (varlen) fw_cuda_seqs_fill(&a.seqs, p); /* Lq, Lk above: the longest sequences, the lengths' bound */
 
     const cudaStream_t s = (cudaStream_t)ex->stream;

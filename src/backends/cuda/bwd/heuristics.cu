@@ -16,15 +16,20 @@
  * The fallbacks run where a default is a wgmma record and the device is not compute capability 9.0.
  * Ragged batches, deterministic mode on 9.0 (varlen_det): the overlapped cp.async records, whose loads zero-fill
  * past a sequence's rows (the producer warpgroup's TMA boxes would read the next sequence's); the atomic records
- * and the fallbacks are the dense ones (all have ragged kernels). */
+ * and the fallbacks are the dense ones (all have ragged kernels).
+ * f32 in tf32 and 3xtf32 (tf32, varlen_tf32; bench/sdpa_bwd.py --f32 on an H100): at head_dim 64 the 64-row steps
+ * with a dQ pass of two m16 tiles a warp, 1.06-1.08x the other records at L = 1024; at 128 the 16-row steps, 1.23x
+ * the 32-row ones. */
 static const struct bwd_defaults {
     int d;
     const char *atomic, *deterministic, *det_short, *atomic_fallback, *det_fallback, *varlen_det;
+    const char *tf32, *varlen_tf32; /* f32 in the tf32 and 3xtf32 forms (deterministic mode) */
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
-     "bm64-w4-qs32-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn128"},
+     "bm64-w4-qs32-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn128", "tf32-bm64-w4-dq-mt2-bn32",
+     "tf32-bm64-w4-dq-mt2-bn32"},
     {128, "bm64-w8-2d-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", NULL, "bm64-w8-2d-dq-w4-mt2-bn32",
-     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn64"},
+     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn64", "tf32-bm16-w4-dq-mt1-bn16", "tf32-bm16-w4-dq-mt1-bn16"},
 };
 #define BWD_DET_SHORT_LK 1024
 
@@ -54,7 +59,26 @@ extern "C" const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name)
     return NULL;
 }
 
-static int rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns) { return fw_cuda_unaligned_stride(s, nb, nh, ns, 8) < 0; }
+/* Every row of the tensor 16-byte aligned: strides multiples of per16 elements. */
+static int rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int per16 = 8)
+{
+    return fw_cuda_unaligned_stride(s, nb, nh, ns, per16) < 0;
+}
+
+/* The tensors of p 16-byte aligned with every row 16-byte aligned (per16 elements a 16-byte chunk). */
+static int aligned_rows(const fw_problem *p, int per16)
+{
+    const void *ptrs[7] = {p->q, p->k, p->v, p->dout, p->dq, p->dk, p->dv};
+    for (int i = 0; i < 7; i++)
+        if (!fw_cuda_aligned16(ptrs[i])) return 0;
+    const int64_t H = p->heads, Hk = p->kv_heads;
+    int64_t B, Lq, Lk;
+    fw_bwd_extents(p, &B, &Lq, &Lk);
+    return rows16(p->q_stride, B, H, Lq, per16) && rows16(p->do_stride, B, H, Lq, per16) &&
+           rows16(p->dq_stride, B, H, Lq, per16) && rows16(p->k_stride, B, Hk, Lk, per16) &&
+           rows16(p->v_stride, B, Hk, Lk, per16) && rows16(p->dk_stride, B, Hk, Lk, per16) &&
+           rows16(p->dv_stride, B, Hk, Lk, per16);
+}
 
 extern "C" int fw_bwd_tensor_cores_take(const fw_problem *p, const fw_knobs *k, char *why, size_t why_len)
 {
@@ -64,17 +88,32 @@ extern "C" int fw_bwd_tensor_cores_take(const fw_problem *p, const fw_knobs *k, 
     if (p->seqlen_q >= (1 << 28) || p->seqlen_k >= (1 << 28)) /* int window sums stay in range */
         return fw_why(why, why_len, "the tensor-core backward takes sequences below 2^28");
     if (!k->cuda_bwd_tensor_cores) return fw_why(why, why_len, "FW_CUDA_BWD_TC=0 asks for the CUDA-core backward");
-    const void *ptrs[7] = {p->q, p->k, p->v, p->dout, p->dq, p->dk, p->dv};
-    for (int i = 0; i < 7; i++)
-        if (!fw_cuda_aligned16(ptrs[i])) return fw_why(why, why_len, "the tensor-core backward needs 16-byte aligned tensors");
-    const int64_t H = p->heads, Hk = p->kv_heads;
-    int64_t B, Lq, Lk;
-    fw_bwd_extents(p, &B, &Lq, &Lk);
-    if (!rows16(p->q_stride, B, H, Lq) || !rows16(p->do_stride, B, H, Lq) || !rows16(p->dq_stride, B, H, Lq) ||
-        !rows16(p->k_stride, B, Hk, Lk) || !rows16(p->v_stride, B, Hk, Lk) || !rows16(p->dk_stride, B, Hk, Lk) ||
-        !rows16(p->dv_stride, B, Hk, Lk))
-        return fw_why(why, why_len, "the tensor-core backward needs rows 16-byte aligned (strides multiples of 8 elements)");
+    if (!aligned_rows(p, 8))
+        return fw_why(why, why_len, "the tensor-core backward needs 16-byte aligned tensors and rows (strides multiples of 8 elements)");
     return 1;
+}
+
+extern "C" int fw_bwd_tf32_take(const fw_problem *p, const fw_knobs *k, char *why, size_t why_len)
+{
+    if (p->dtype != FW_F32) return fw_why(why, why_len, "the tf32 backward takes f32");
+    if (p->precision != FW_PRECISION_TF32 && p->precision != FW_PRECISION_3XTF32)
+        return fw_why(why, why_len, "the tf32 backward runs precision tf32 or 3xtf32 (fw_context_set_precision), not exact");
+    if (p->head_dim % 4 != 0 || p->head_dim > 128)
+        return fw_why(why, why_len, "the tf32 backward takes head_dim a multiple of 4 up to 128");
+    if (p->seqlen_q >= (1 << 28) || p->seqlen_k >= (1 << 28)) /* int window sums stay in range */
+        return fw_why(why, why_len, "the tf32 backward takes sequences below 2^28");
+    if (!k->cuda_bwd_tensor_cores) return fw_why(why, why_len, "FW_CUDA_BWD_TC=0 asks for the CUDA-core backward");
+    if (!aligned_rows(p, 4))
+        return fw_why(why, why_len, "the tf32 backward needs 16-byte aligned tensors and rows (strides multiples of 4 elements)");
+    return 1;
+}
+
+/* Can p run on record r's kind of kernels at all (dtype, precision, alignment), else 0 with the reason. */
+static int kernels_take(const fw_bwd_record *r, const fw_problem *p, const fw_knobs *k, char *why, size_t why_len)
+{
+    if (r->kernel == FW_BWD_CORES) return 1;
+    if (r->kernel == FW_BWD_TF32) return fw_bwd_tf32_take(p, k, why, why_len);
+    return fw_bwd_tensor_cores_take(p, k, why, why_len);
 }
 
 extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *cfg)
@@ -94,10 +133,13 @@ extern "C" int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *c
 
 static size_t record_smem(const fw_bwd_record *r, int atomic) { return atomic ? r->smem_atomic : r->smem_deterministic; }
 
-/* Has the record kernels for p's call: every record for a dense one, those with ragged kernels for a ragged one. */
+/* Has the record kernels for p's element type and call (dense, or ragged: kernels.tsv's varlen option); f16 and bf16
+ * come together. */
 static int record_takes(const fw_bwd_record *r, const fw_problem *p)
 {
-    return p->kind == FW_CALL_DENSE || r->varlen_bf16 != NULL;
+    const int f32 = p->dtype == FW_F32;
+    if (p->kind == FW_CALL_DENSE) return (f32 ? r->f32 : r->bf16) != NULL;
+    return (f32 ? r->varlen_f32 : r->varlen_bf16) != NULL;
 }
 
 /* Does the record run on the device in the mode: its machine code runs there and its shared memory fits. */
@@ -108,15 +150,17 @@ static int record_runs(const fw_bwd_record *r, int atomic, const fw_cuda_device_
 }
 
 /* The tensor-core record the heuristics choose for p in the mode (the knobs' FW_CUDA_BWD_CONFIG first, where it
- * names a record of the head dim), or NULL where the tensor-core kernels do not apply or do not fit: then the
- * CUDA-core record runs. */
+ * names a record of the head dim with p's kernels), or NULL where the tensor-core kernels do not apply or do not
+ * fit: then the CUDA-core record runs. f32 runs a tf32 record in the deterministic mode only. */
 static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cuda_device_info *di, const fw_knobs *k)
 {
-    if (!fw_bwd_tensor_cores_take(p, k, NULL, 0)) return NULL;
+    const int f32 = p->dtype == FW_F32, varlen = p->kind == FW_CALL_VARLEN;
+    if (f32 ? atomic || !fw_bwd_tf32_take(p, k, NULL, 0) : !fw_bwd_tensor_cores_take(p, k, NULL, 0)) return NULL;
     const int dpad = fw_bwd_padded_dim(p->head_dim);
     const struct bwd_defaults *df = dpad == 64 ? &bwd_defaults[0] : &bwd_defaults[1];
-    const char *name = atomic                         ? df->atomic
-                       : p->kind == FW_CALL_VARLEN    ? df->varlen_det
+    const char *name = f32                            ? (varlen ? df->varlen_tf32 : df->tf32)
+                       : atomic                       ? df->atomic
+                       : varlen                       ? df->varlen_det
                        : df->det_short && p->seqlen_k <= BWD_DET_SHORT_LK ? df->det_short
                                                       : df->deterministic;
     const fw_bwd_record *r = fw_bwd_record_named(dpad, name);
@@ -184,9 +228,13 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
             snprintf(reason, sizeof reason, "no record of that name for head_dim %lld", (long long)p->head_dim);
         else if (!record_takes(r, p)) {
             ok = 0;
-            snprintf(reason, sizeof reason, "the record has no kernels for ragged batches (kernels.tsv: varlen)");
-        } else if (r->kernel != FW_BWD_CORES)
-            ok = fw_bwd_tensor_cores_take(p, k, reason, sizeof reason);
+            snprintf(reason, sizeof reason, "the record has no %s%s kernels%s", p->kind == FW_CALL_DENSE ? "" : "ragged ",
+                     p->dtype == FW_F32 ? "f32" : "f16/bf16", p->kind == FW_CALL_DENSE ? "" : " (kernels.tsv: varlen)");
+        } else if (r->kernel == FW_BWD_TF32 && plan->atomic) {
+            ok = 0;
+            snprintf(reason, sizeof reason, "the tf32 records run the deterministic mode only");
+        } else
+            ok = kernels_take(r, p, k, reason, sizeof reason);
         if (ok && !record_runs(r, plan->atomic, di)) {
             ok = 0;
             snprintf(reason, sizeof reason, "it needs %s and %zu bytes of shared memory per block; cuda:%d is %d.%d with %d",
@@ -204,9 +252,10 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
     const fw_bwd_record *r;
     if (atomic < 0) {
         /* On Hopper the deterministic pipeline of wgmma kernels (dK/dV, then dQ) beat the atomic one at every
-         * FA-grid shape (H100, docs/PERF.md); elsewhere atomics, as FlashAttention-2. */
+         * FA-grid shape (H100, docs/PERF.md); elsewhere atomics, as FlashAttention-2. The tf32 records (f32 in
+         * the tf32 and 3xtf32 forms) are deterministic. */
         r = tc_pick(p, 0, di, k);
-        atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS));
+        atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS || r->kernel == FW_BWD_TF32));
         if (atomic) r = tc_pick(p, 1, di, k);
     } else {
         r = tc_pick(p, atomic, di, k);
@@ -258,7 +307,6 @@ extern "C" int fw_bwd_configs(const fw_problem *p, fw_config *out, int max)
     plan_config(&def, &out[count++]);
     int n = 0;
     const fw_bwd_record *rs = fw_bwd_records_of(fw_bwd_padded_dim(p->head_dim), &n);
-    const int tc = fw_bwd_tensor_cores_take(p, k, NULL, 0);
     const int first_atomic = def.materialize ? 0 : def.atomic;
     for (int m = 0; m < 2; m++) {
         const int atomic = m == 0 ? first_atomic : !first_atomic;
@@ -268,7 +316,9 @@ extern "C" int fw_bwd_configs(const fw_problem *p, fw_config *out, int max)
         if (!def.materialize && def.atomic == atomic) listed[nlisted++] = def.record;
         for (int i = 0; i < n && count < max; i++) {
             const fw_bwd_record *r = &rs[i];
-            if ((r->kernel != FW_BWD_CORES && !tc) || !record_takes(r, p) || !record_runs(r, atomic, &di)) continue;
+            if (!record_takes(r, p) || !kernels_take(r, p, k, NULL, 0) || (atomic && r->kernel == FW_BWD_TF32) ||
+                !record_runs(r, atomic, &di))
+                continue;
             int dup = 0;
             for (int j = 0; j < nlisted && !dup; j++) dup = listed[j] == r || (atomic && same_atomic_kernel(listed[j], r));
             if (dup || nlisted == FW_MAX_CONFIGS) continue;

@@ -53,6 +53,9 @@ const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name);
 /* Can the tensor-core records run p: f16/bf16, head_dim a multiple of 8 up to 128, sequences below 2^28, every
  * row 16-byte aligned, and the knobs allow them (FW_CUDA_BWD_TC unset or 1). Else 0 with the reason. */
 int fw_bwd_tensor_cores_take(const fw_problem *p, const fw_knobs *k, char *why, size_t why_len);
+/* Can the tf32 records run p: f32 in precision tf32 or 3xtf32, head_dim a multiple of 4 up to 128, sequences below
+ * 2^28, every row 16-byte aligned, and the knobs allow tensor cores. Else 0 with the reason. */
+int fw_bwd_tf32_take(const fw_problem *p, const fw_knobs *k, char *why, size_t why_len);
 /* 1 when p runs the store strategy: the configuration names it, or none names a recompute and the memory-budget
  * rule picks it (materialize.h). */
 int fw_bwd_materialize_wanted(const fw_problem *p, const fw_config *cfg);

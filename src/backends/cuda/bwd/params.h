@@ -35,6 +35,7 @@ typedef struct fw_bwd_args {
     long long off, wl, wr; /* fw_problem's diag_offset, window_left, window_right (FW_UNBOUNDED ok) */
     int B, H, Hkv, group, Lq, Lk, D;
     float scale;
+    int precision;     /* f32: the fw_precision a tf32 record runs (FW_PRECISION_TF32, else 3xtf32) */
     fw_cuda_seqs seqs; /* ragged batches only (last: the dense kernels' fields keep their places) */
 } fw_bwd_args;
 
@@ -62,7 +63,8 @@ typedef enum fw_bwd_kernel {
     FW_BWD_MMA = 1,   /* mma.sync, warp w owns keys 16w .. (kernel_dkdv_mma.cuh): sm_80 machine code */
     FW_BWD_MMA2D = 2, /* mma.sync with 2-D warp tiling (kernel_dkdv_mma2d.cuh): sm_80 */
     FW_BWD_WG = 3,    /* wgmma, every thread loads with cp.async (kernel_dkdv_wg.cuh): sm_90a */
-    FW_BWD_WS = 4     /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode): sm_90a */
+    FW_BWD_WS = 4,    /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode): sm_90a */
+    FW_BWD_TF32 = 5   /* f32 on mma.sync tf32 (kernel_dkdv_tf32.cuh; deterministic mode, tf32 or 3xtf32): sm_80 */
 } fw_bwd_kernel;
 
 /* The deterministic mode's dQ kernel of a tensor-core record. */
@@ -70,7 +72,8 @@ typedef enum fw_bwd_dq_kernel {
     FW_BWD_DQ_CORES = 0, /* the CUDA-core records' own */
     FW_BWD_DQ_MMA = 1,   /* mma.sync (kernel_dq_mma.cuh) */
     FW_BWD_DQ_WG = 2,    /* wgmma with cp.async (kernel_dq_wg.cuh) */
-    FW_BWD_DQ_WS = 3     /* wgmma, a TMA producer warpgroup (kernel_dq_ws.cuh) */
+    FW_BWD_DQ_WS = 3,    /* wgmma, a TMA producer warpgroup (kernel_dq_ws.cuh) */
+    FW_BWD_DQ_TF32 = 4   /* f32 on mma.sync tf32 (kernel_dq_tf32.cuh) */
 } fw_bwd_dq_kernel;
 
 typedef struct fw_bwd_record {
@@ -84,7 +87,8 @@ typedef struct fw_bwd_record {
     fw_bwd_dq_kernel dq_kernel;
     int dq_warps, dq_mt, dq_bn; /* dQ kernel: warps (mma), m16 tiles per warp (mma), keys per step */
     size_t smem_atomic, smem_deterministic; /* dynamic shared memory, the larger of a mode's kernels, bytes */
-    fw_bwd_launch_fn f32, f16, bf16;        /* f32: the CUDA-core records only (NULL elsewhere) */
+    fw_bwd_launch_fn f32, f16, bf16;        /* f32: the CUDA-core and tf32 records (NULL elsewhere); the tf32
+                                               records have f32 only */
     /* The same kernels for ragged batches (kernels.tsv's varlen option; NULL where the record has none): one grid
      * over every sequence, each block finding its own from the offsets (kernel_common.cuh: ragged_block). */
     fw_bwd_launch_fn varlen_f32, varlen_f16, varlen_bf16;
