@@ -77,8 +77,6 @@ const char *fw_args_device_name(fw_device d, char *buf, size_t len);
 /* The info of the backend called name: 1 if it is compiled in; 0 (info zeroed) if not. */
 int fw_args_backend_info(const char *name, fw_backend_info *out);
 
-#endif
-
 /* ---- shared by check and bench ----------------------------------------------------------- */
 #define FW_DEFAULT_BATCH 1
 #define FW_DEFAULT_HEADS 8
@@ -106,3 +104,5 @@ typedef struct fw_plan {
 } fw_plan;
 int fw_args_plan(const fw_cli *cli, int gpu_default, const char *cpu_default_list, const char *cuda_default_list,
                  int include_ref, fw_plan *plan, char *err, size_t err_len);
+
+#endif

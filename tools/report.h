@@ -28,7 +28,7 @@ typedef struct fw_row {
     const char *pass_kind;           /* NULL (forward) or "fwd+bwd" (bench --backward): JSON "phase" */
     /* KV-cache rows (the bandwidth report): K+V bytes one call reads, its new tokens, the copy
      * bandwidth (GB/s, bytes read + written) measured right after the row on its device, and the
-     * call's K+V GB/s as a percentage of it (cmd_bench.c: bandwidth_row); NaN else */
+     * call's K+V GB/s as a percentage of it (bench_row.c: bandwidth_row); NaN else */
     double kv_bytes, tokens, copy_gbps, copy_pct;
     char note[256];
 } fw_row;
