@@ -292,6 +292,21 @@ else
     expect 2 "--plot without matplotlib, refused before the run" -- bench --plot "$TMP/plots"
     grep_in err "pip install matplotlib" "says how to get matplotlib"
 fi
+expect 2 "--precision bf16 (no backend has the mode)" -- check --precision bf16
+grep_in err "'bf16' is not one of exact, tf32, 3xtf32" "names the modes"
+expect 2 "--precision tf32 with f16 inputs" -- check --precision tf32 --dtype f16
+grep_in err "applies to f32 inputs; --dtype is f16" "says why"
+expect 2 "--precision with a list (bench runs one mode)" -- bench --precision tf32,3xtf32 --device cpu
+expect 1 "check --precision 3xtf32 on the CPU backends: each says it has no such mode" -- \
+    check --device cpu --precision 3xtf32 --seqlen 64
+grep_in out "3 skipped" "the default set skips them"
+grep_in out "no reduced precision mode" "with the backend's reason"
+expect 1 "a named backend without the mode fails" -- check --backend cpu-flash --precision tf32 --seqlen 64
+expect 1 "bench --precision tf32 on the CPU backends: skipped with the reason, nothing ran" -- \
+    bench --device cpu --precision tf32 --seqlen 128
+grep_in out "skipped: unsupported: .*no reduced precision mode" "each row says why"
+expect 0 "--precision exact" -- check --backend cpu-naive --precision exact --seqlen 64
+grep_in out "1 passed, 0 failed" "runs as without the flag"
 expect 2 "--window-s below its minimum of 1 s" -- bench --window-s 0.5
 grep_in err "--window-s: '0.5' is not a number of seconds >= 1" "names the flag and the minimum"
 export FLASHWATT_PROGRESS_S=0.05

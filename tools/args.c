@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "args.h"
+#include "sched/tuning_table.h"
 
 typedef enum kind {
     K_ILIST,    /* comma list of integers >= min (k suffix = x1024) */
@@ -68,8 +69,26 @@ static const opt opts[] = {
     {"policy", K_STR, 1, 0, OFF(policy)},
     {"budget-s", K_DOUBLE, 1, 0, OFF(budget_s)},
     {"out", K_STR, 1, 0, OFF(out)},
-    {"precision", K_STR, 1, 0, OFF(precisions)},
+    {"precision", K_STR, 0, 0, OFF(precisions)},
 };
+
+int fw_args_precision(const fw_cli *cli, const char *cmd, fw_precision *out, char *err, size_t err_len)
+{
+    *out = FW_PRECISION_EXACT;
+    if (!cli->precisions) return 0;
+    if (fw_precision_parse(cli->precisions, out) != 0 || *out == FW_PRECISION_BF16) {
+        snprintf(err, err_len, "--precision: '%s' is not one of exact, tf32, 3xtf32 (%s runs one mode)", cli->precisions,
+                 cmd);
+        return 2;
+    }
+    for (int i = 0; i < cli->dtype.n && *out != FW_PRECISION_EXACT; i++)
+        if (cli->dtype.v[i] != FW_F32) {
+            snprintf(err, err_len, "--precision %s applies to f32 inputs; --dtype is %s", cli->precisions,
+                     fw_dtype_name(cli->dtype.v[i]));
+            return 2;
+        }
+    return 0;
+}
 
 int fw_args_dtype(const char *s, fw_dtype *out)
 {

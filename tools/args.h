@@ -60,7 +60,7 @@ typedef struct fw_cli {
     /* tune */
     double budget_s;    /* --budget-s S: total time cap (default 120) */
     const char *out;    /* --out FILE: the tuning table (default $FLASHWATT_TUNING or ~/.cache/...) */
-    const char *precisions; /* --precision LIST for f32 buckets: exact,tf32,3xtf32,bf16 (default all) */
+    const char *precisions; /* --precision: tune, a list for f32 buckets (default all); check and bench, one mode */
     int help;
 } fw_cli;
 
@@ -71,6 +71,9 @@ int fw_args_parse(int argc, char **argv, int first, int lists, fw_cli *cli, char
 
 /* "f32" / "f16" / "bf16" (also float32, float16, half, bfloat16) -> 0 on success. */
 int fw_args_dtype(const char *s, fw_dtype *out);
+/* check and bench: the one --precision mode of f32 calls (exact where none is given), refused for other dtypes.
+ * Returns 0, or 2 with the message in err. */
+int fw_args_precision(const fw_cli *cli, const char *cmd, fw_precision *out, char *err, size_t err_len);
 /* "cpu", "cuda", "cuda:N" -> 0 on success. */
 /* Short text for a device: "cpu", "cuda:0". buf needs 16 bytes. */
 const char *fw_args_device_name(fw_device d, char *buf, size_t len);

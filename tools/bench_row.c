@@ -46,6 +46,16 @@ static int mark_error(fw_row *row, fw_context *ctx, const char *what, fw_status 
     return 1;
 }
 
+/* A probe call the backend refused as unsupported (a --precision it has no mode for: supports() sees no
+ * precision) skips the row, as the shape check before it would have; 1 where it did. */
+static int unsupported_skip(fw_row *row, fw_context *ctx, fw_status st)
+{
+    if (st != FW_ERR_UNSUPPORTED) return 0;
+    row->status = FW_ROW_SKIPPED;
+    snprintf(row->note, sizeof row->note, "unsupported: %.240s", fw_context_last_error(ctx));
+    return 1;
+}
+
 /* Adaptive repetitions from the probe time t (s) of one call: ~1 s of timed calls on the cpu, ~0.5 s on
  * a GPU (di: device row), at least 3 (fewer only when 3 would exceed ~10 s), at most 200 / 1000; the
  * user's --warmup / --reps where given. */
@@ -80,6 +90,7 @@ int fw_bench_backward_row(const fw_cli *cli, fw_run *r, fw_bwd *bw, fw_context *
         snprintf(row->note, sizeof row->note, "no backward");
         return 0;
     }
+    if (unsupported_skip(row, ctx, st)) return 0;
     if (st != FW_OK) return mark_error(row, ctx, "", st);
     const double t = fmax(probe_ms * 1e-3, 1e-6);
     plan_reps(cli, t, di, row);
@@ -196,6 +207,7 @@ int fw_bench_forward_row(const fw_cli *cli, fw_run *r, fw_context *ctx, fw_row *
     double t0 = fw_now_seconds();
     if (st == FW_OK) st = fw_run_forward(r, ctx);
     const double probe = fw_now_seconds() - t0;
+    if (unsupported_skip(row, ctx, st)) return 0;
     if (st != FW_OK) return mark_error(row, ctx, "", st);
     /* the error of this run's output against the reference (computed once per shape) */
     if (!ref->decided) {

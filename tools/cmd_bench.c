@@ -18,6 +18,7 @@
 #include "calibrate.h"
 #include "outputs.h"
 #include "bench_row.h"
+#include "sched/tuning_table.h"
 
 #define MAX_SHAPES 4096
 #define MAX_ROWS 16384
@@ -100,7 +101,8 @@ int fw_cmd_bench(int argc, char **argv)
     }
 
     fw_policy policy;
-    if (fw_parse_policy(cli.policy, &policy, err, sizeof err)) {
+    fw_precision prec;
+    if (fw_parse_policy(cli.policy, &policy, err, sizeof err) || fw_args_precision(&cli, "bench", &prec, err, sizeof err)) {
         fprintf(stderr, "flashwatt bench: %s\n", err);
         return 2;
     }
@@ -151,7 +153,7 @@ int fw_cmd_bench(int argc, char **argv)
            nshapes, nshapes == 1 ? "" : "s", plan.n, plan.n == 1 ? "" : "s");
     printf(" (");
     for (int i = 0; i < plan.n; i++) printf("%s%s", i ? ", " : "", plan.name[i]);
-    printf(") on ");
+    printf(")%s%s on ", prec ? " in " : "", prec ? fw_precision_name(prec) : "");
     int any_cpu = 0, any_cuda = 0;
     for (int i = 0; i < plan.n; i++) {
         if (plan.device[i].kind == FW_DEVICE_CUDA) any_cuda = 1;
@@ -183,7 +185,8 @@ int fw_cmd_bench(int argc, char **argv)
     fw_report_bench_header(stdout);
 
     fw_context *ctx = NULL;
-    if (fw_context_create(&ctx) != FW_OK || fw_context_set_policy(ctx, &policy) != FW_OK) {
+    if (fw_context_create(&ctx) != FW_OK || fw_context_set_policy(ctx, &policy) != FW_OK ||
+        fw_context_set_precision(ctx, prec) != FW_OK) {
         fprintf(stderr, "flashwatt bench: cannot create a context\n");
         free(base); free(shapes); free(rows);
         return 1;
@@ -225,8 +228,15 @@ int fw_cmd_bench(int argc, char **argv)
                 fw_report_bench_row(stdout, row);
                 continue;
             }
+            if (prec != FW_PRECISION_EXACT && s->dtype != FW_F32) { /* a suite's 16-bit shapes */
+                row->status = FW_ROW_SKIPPED;
+                snprintf(row->note, sizeof row->note, "--precision %s applies to f32 inputs", fw_precision_name(prec));
+                fw_report_bench_row(stdout, row);
+                continue;
+            }
             if (!have_run[di] && !run_err[di][0]) {
                 fw_case c = fw_shape_case(s, dev, cli.seed, cli.lse || cli.backward);
+                c.precision = prec; /* the contract of max_err */
                 fw_status st = fw_run_alloc(&runs[di], &c, run_err[di], sizeof run_err[di]);
                 if (st == FW_OK) have_run[di] = 1;
                 if (st == FW_OK && cli.backward) {

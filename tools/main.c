@@ -34,6 +34,8 @@ static const char *shape_flags =
     "  --seqlen-k N      key length (default: = seqlen)\n"
     "  --head-dim N      head dimension (default 64)\n"
     "  --dtype T         f32 | f16 | bf16 (default f32)\n"
+    "  --precision P     f32 inputs: exact (default), tf32 or 3xtf32 (the tensor-core modes, where a\n"
+    "                    backend has them; the others say so)\n"
     "  --causal [0|1]    causal mask, bottom-right aligned (bare flag = 1)\n"
     "  --window L,R      sliding window: keys i-L..i+R visible (-1 = unlimited)\n"
     "  --layout L        bhsd (B,H,S,D) | bshd (B,S,H,D) (default bhsd)\n"
