@@ -107,11 +107,26 @@ template <typename T> __device__ __forceinline__ void *rows_from(void *base, int
     return reinterpret_cast<T *>(base) + row0 * ss;
 }
 
-/* p, the packed batch, becomes sequence s's own dense problem. The workspaces are sequence-major: sequence s's
- * (H, lq) rows from row H·q_row0, where the dense kernels' index (b·H + h)·Lq + i with b = 0 lands. */
-template <typename T> __device__ __forceinline__ void seq_problem(const fwparts::seq_span &s, fw_bwd_tc_params &p)
+/* What seq_problem moves that the two parameter structs hold differently: the row statistics the kernels read (the
+ * tensor-core kernels lse2, the CUDA-core kernels the LSE itself), O (read only by the CUDA-core kernels), and the
+ * head dim's name. (The statistics move in place, not through a returned reference, which changed the machine code.) */
+__device__ __forceinline__ void seq_stats_rows(fw_bwd_tc_params &p, int64_t w) { p.lse2 += w; }
+__device__ __forceinline__ void seq_stats_rows(fw_bwd_args &a, int64_t w) { a.lse += w; }
+template <typename T> __device__ __forceinline__ void seq_o_rows(const fwparts::seq_span &, fw_bwd_tc_params &) {}
+template <typename T> __device__ __forceinline__ void seq_o_rows(const fwparts::seq_span &s, fw_bwd_args &a)
+{
+    a.o = rows_from<T>(a.o, s.q_row0, a.o_s[2]);
+}
+__device__ __forceinline__ int seq_head_dim(const fw_bwd_tc_params &p) { return p.d; }
+__device__ __forceinline__ int seq_head_dim(const fw_bwd_args &a) { return a.D; }
+
+/* p (fw_bwd_tc_params or fw_bwd_args), the packed batch, becomes sequence s's own dense problem. The workspaces are
+ * sequence-major: sequence s's (H, lq) rows from row H·q_row0, where the dense kernels' index (b·H + h)·Lq + i with
+ * b = 0 lands. */
+template <typename T, class P> __device__ __forceinline__ void seq_problem(const fwparts::seq_span &s, P &p)
 {
     p.q = rows_from<T>(p.q, s.q_row0, p.q_s[2]);
+    seq_o_rows<T>(s, p);
     p.dout = rows_from<T>(p.dout, s.q_row0, p.do_s[2]);
     p.dq = rows_from<T>(p.dq, s.q_row0, p.dq_s[2]);
     p.k = rows_from<T>(p.k, s.k_row0, p.k_s[2]);
@@ -119,30 +134,12 @@ template <typename T> __device__ __forceinline__ void seq_problem(const fwparts:
     p.dk = rows_from<T>(p.dk, s.k_row0, p.dk_s[2]);
     p.dv = rows_from<T>(p.dv, s.k_row0, p.dv_s[2]);
     const int64_t w = (int64_t)p.H * s.q_row0;
-    p.lse2 += w;
+    seq_stats_rows(p, w);
     p.delta += w;
-    if (p.dq_acc) p.dq_acc += w * p.d;
+    if (p.dq_acc) p.dq_acc += w * seq_head_dim(p);
     p.Lq = s.lq;
     p.Lk = s.lk;
     p.off = s.lk - s.lq;
-}
-template <typename T> __device__ __forceinline__ void seq_problem(const fwparts::seq_span &s, fw_bwd_args &a)
-{
-    a.q = rows_from<T>(a.q, s.q_row0, a.q_s[2]);
-    a.o = rows_from<T>(a.o, s.q_row0, a.o_s[2]);
-    a.dout = rows_from<T>(a.dout, s.q_row0, a.do_s[2]);
-    a.dq = rows_from<T>(a.dq, s.q_row0, a.dq_s[2]);
-    a.k = rows_from<T>(a.k, s.k_row0, a.k_s[2]);
-    a.v = rows_from<T>(a.v, s.k_row0, a.v_s[2]);
-    a.dk = rows_from<T>(a.dk, s.k_row0, a.dk_s[2]);
-    a.dv = rows_from<T>(a.dv, s.k_row0, a.dv_s[2]);
-    const int64_t w = (int64_t)a.H * s.q_row0;
-    a.lse += w;
-    a.delta += w;
-    if (a.dq_acc) a.dq_acc += w * a.D;
-    a.Lq = s.lq;
-    a.Lk = s.lk;
-    a.off = s.lk - s.lq;
 }
 
 /* This block's work in a ragged batch: its tile (KEYS: key block BLOCK·m_block.. of kv head h, else query block

@@ -159,6 +159,26 @@ __global__ void __launch_bounds__(256) fw_bwd_delta_varlen_kernel(const fw_bwd_d
     }
 }
 
+/* What the dense and the ragged preprocess take from p alike (A: fw_bwd_delta_args or fw_bwd_delta_varlen_args): O
+ * and dO with their strides and vec (their rows laid out as nb batches of ns rows per head), the forward's LSE, the
+ * Δ workspace, the heads and the head dim. */
+template <typename T, class A>
+static void fw_bwd_delta_fill(A &a, const fw_problem *p, float *delta, int64_t nb, int64_t ns)
+{
+    a.o = p->o;
+    a.dout = p->dout;
+    for (int i = 0; i < 3; i++) {
+        a.o_s[i] = p->o_stride[i];
+        a.do_s[i] = p->do_stride[i];
+    }
+    a.lse = p->lse;
+    a.delta = delta;
+    a.H = (int)p->heads;
+    a.D = (int)p->head_dim;
+    a.vec = fw_bwd_rows_vec16<T>(p->o, p->o_stride, nb, p->heads, ns, p->head_dim) &&
+            fw_bwd_rows_vec16<T>(p->dout, p->do_stride, nb, p->heads, ns, p->head_dim);
+}
+
 /* Launches the preprocess for p on s, Δ into delta and, where stats is not NULL, lse2 into it; a ragged batch
  * (stats required) writes both sequence-major, stats as lse2 (stats_log2) or as the LSE itself (the CUDA-core
  * records'). The caller checks the launch. */
@@ -168,43 +188,21 @@ static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *stats,
     if (p->kind == FW_CALL_VARLEN) {
         fw_bwd_delta_varlen_args a;
         memset(&a, 0, sizeof a);
-        a.o = p->o;
-        a.dout = p->dout;
-        for (int i = 0; i < 3; i++) {
-            a.o_s[i] = p->o_stride[i];
-            a.do_s[i] = p->do_stride[i];
-        }
-        a.lse = p->lse;
-        a.delta = delta;
+        fw_bwd_delta_fill<T>(a, p, delta, 1, p->total_q);
         a.stats = stats;
         a.stats_log2 = stats_log2;
         fw_cuda_seqs_fill(&a.seqs, p);
-        a.H = (int)p->heads;
         a.max_q = (int)p->seqlen_q;
         a.max_k = (int)p->seqlen_k;
-        a.D = (int)p->head_dim;
-        a.vec = fw_bwd_rows_vec16<T>(p->o, p->o_stride, 1, p->heads, p->total_q, p->head_dim) &&
-                fw_bwd_rows_vec16<T>(p->dout, p->do_stride, 1, p->heads, p->total_q, p->head_dim);
         const int64_t blocks = fwparts::varlen_tile_scheduler::blocks(p->total_q, p->batch, p->heads, FW_BWD_DELTA_ROWS);
         fw_bwd_delta_varlen_kernel<T><<<(unsigned)blocks, 256, 0, s>>>(a);
         return;
     }
 
     fw_bwd_delta_args a;
-    a.o = p->o;
-    a.dout = p->dout;
-    for (int i = 0; i < 3; i++) {
-        a.o_s[i] = p->o_stride[i];
-        a.do_s[i] = p->do_stride[i];
-    }
-    a.lse = p->lse;
-    a.delta = delta;
+    fw_bwd_delta_fill<T>(a, p, delta, p->batch, p->seqlen_q);
     a.lse2 = stats;
-    a.H = (int)p->heads;
     a.Lq = (int)p->seqlen_q;
-    a.D = (int)p->head_dim;
-    a.vec = fw_bwd_rows_vec16<T>(p->o, p->o_stride, p->batch, p->heads, p->seqlen_q, p->head_dim) &&
-            fw_bwd_rows_vec16<T>(p->dout, p->do_stride, p->batch, p->heads, p->seqlen_q, p->head_dim);
     const dim3 grid((unsigned)((p->seqlen_q + FW_BWD_DELTA_ROWS - 1) / FW_BWD_DELTA_ROWS), (unsigned)p->heads,
                     (unsigned)p->batch);
     fw_bwd_delta_kernel<T><<<grid, 256, 0, s>>>(a);
