@@ -76,11 +76,8 @@ __global__ void __launch_bounds__(C::WARPS * 32) dkdv_mma_kernel(const fw_bwd_tc
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     kv_block<T, D, NT, BN, BM> kb;
-    if constexpr (VARLEN) kb.init_at(p, tile, sK, sV, tid);
-    else kb.init(p, sK, sV, tid);
+    kb.template start<VARLEN>(p, tile, sK, sV, sStage, sStat, tid);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
-    if (total > 0) kb.load_stage(p, 0, 0, sStage, sStat, tid);
-    cp_async_commit();
 
     float acc_dk[ND][4], acc_dv[ND][4];
 #pragma unroll

@@ -65,11 +65,8 @@ __global__ void __launch_bounds__(256) dkdv_mma2d_kernel(const fw_bwd_tc_params 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     kv_block<T, D, NT, BN, BM> kb;
-    if constexpr (VARLEN) kb.init_at(p, tile, sK, sV, tid);
-    else kb.init(p, sK, sV, tid);
+    kb.template start<VARLEN>(p, tile, sK, sV, sStage, sStat, tid);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
-    if (total > 0) kb.load_stage(p, 0, 0, sStage, sStat, tid);
-    cp_async_commit();
 
     /* phase 1 / 2 roles: keys 32·wk; phase 1 queries 32·wq; phase 2 head dims DH·wd */
     const int wk = warp % 4, wq = warp / 4, wd = warp / 4;

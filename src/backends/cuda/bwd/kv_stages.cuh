@@ -1,6 +1,7 @@
-/* The loads of the mma.sync dK/dV kernels (kernel_dkdv_mma.cuh, kernel_dkdv_mma2d.cuh): a block's K and V once,
- * then per step the query tile's Q, dO (rows padded to D + 8 elements: copy.cuh) and its rows' lse2 and Δ through
- * a 2-stage cp.async ring. The block's keys and steps are a fwparts::key_block (scheduler.cuh). */
+/* The loads of the mma.sync dK/dV kernels (kernel_dkdv_mma.cuh, kernel_dkdv_mma2d.cuh, kernel_dkdv_tf32.cuh): a
+ * block's K and V once, then per step the query tile's Q, dO (rows padded to D + 8 elements: copy.cuh) and its
+ * rows' lse2 and Δ through a 2-stage cp.async ring. The block's keys and steps are a fwparts::key_block
+ * (scheduler.cuh). */
 #ifndef FW_BWD_KV_STAGES_CUH
 #define FW_BWD_KV_STAGES_CUH
 
@@ -35,6 +36,17 @@ template <typename T, int D, int NT, int BN, int BM> struct kv_block : fwparts::
     {
         fwparts::key_block<BN, BM>::init_at(p, t.m_block, t.h, t.b);
         load_kv(p, sK, sV, tid);
+    }
+    /* The block's start: its keys (the grid's tile, or a ragged batch's tile t), K and V, and step 0's stage in
+     * flight, committed. */
+    template <bool VARLEN>
+    __device__ __forceinline__ void start(const fw_bwd_tc_params &p, const fwparts::tile_coord &t, uint32_t sK,
+                                          uint32_t sV, uint32_t sStage, uint32_t sStat, int tid)
+    {
+        if constexpr (VARLEN) init_at(p, t, sK, sV, tid);
+        else init(p, sK, sV, tid);
+        if (this->total > 0) load_stage(p, 0, 0, sStage, sStat, tid);
+        fwparts::cp_async_commit();
     }
     __device__ __forceinline__ void load_kv(const fw_bwd_tc_params &p, uint32_t sK, uint32_t sV, int tid)
     {
