@@ -54,6 +54,8 @@ typedef struct fw_srv_params {
     int chunk;                /* keys a chunk, a multiple of the key tile */
     float *part_o;            /* splits > 1: [split][B][H][max_q][d] partial outputs (normalised) */
     float *part_lse;          /*             [split][B][H][max_q] their natural-log LSE (-inf: empty) */
+    int merge_pdl;            /* sm_90+: the merge is a programmatic dependent launch of the attention kernel, so
+                               * that its launch overlaps the attention kernel's last blocks */
 } fw_srv_params;
 
 /* ---- cuda-flash (f16, bf16) ---------------------------------------------------------------- */

@@ -200,12 +200,17 @@ __global__ void __launch_bounds__(128) append_kernel(const fw_srv_params p, T *k
  * read); a NaN LSE propagates. The block's four warps take every fourth split, each lane four columns, and
  * sum through shared memory: a row's splits are read in parallel, not one after another (a single
  * sequence has few rows, so a warp a row left most of the GPU idle and the merge took a tenth of the
- * call). Grid: B · H · max_q blocks of 128 threads. */
+ * call). Launched as a programmatic dependent (merge_pdl), its blocks start while the attention kernel's
+ * last blocks run and wait for that kernel's results at griddepcontrol.wait (a no-op otherwise).
+ * Grid: B · H · max_q blocks of 128 threads. */
 template <typename T>
 __global__ void __launch_bounds__(128) merge_kernel(const fw_srv_params p)
 {
     constexpr int W = 4;
     __shared__ float4 part[W - 1][32];
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t rows = (int64_t)p.B * p.H * p.max_q; /* partial rows a split */
     const int64_t row = blockIdx.x;
@@ -300,7 +305,24 @@ template <typename T> static cudaError_t append_launch(const fw_srv_params *p, c
 template <typename T> static cudaError_t merge_launch(const fw_srv_params *p, cudaStream_t stream)
 {
     const int64_t rows = (int64_t)p->B * p->H * p->max_q;
-    merge_kernel<T><<<(unsigned)rows, 128, 0, stream>>>(*p);
+    if (!p->merge_pdl) {
+        merge_kernel<T><<<(unsigned)rows, 128, 0, stream>>>(*p);
+        return fw_cuda_launch_error();
+    }
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)rows);
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cfg.attrs = pdl;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, merge_kernel<T>, *p);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not left behind for the next check */
+        return e;
+    }
     return fw_cuda_launch_error();
 }
 

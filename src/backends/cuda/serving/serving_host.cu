@@ -304,6 +304,8 @@ fw_status srv_run(const fw_problem *p, const fw_exec *ex, fw_srv_params *a, cons
         e = k->attend(a, smem, stream);
     }
     if (e == cudaSuccess && splits > 1) {
+        fw_cuda_device_info di;
+        a->merge_pdl = fw_cuda_device_facts(p->device.index, &di) && di.cc_major >= 9;
         what = "merge";
         e = k->merge(a, stream);
     }
