@@ -19,6 +19,8 @@ if(SKBUILD)
   file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/_version.py CONTENT
        "# Written by CMake from project(flashwatt VERSION ...) when the package was built.\nversion = \"${PROJECT_VERSION}\"\n")
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/_version.py DESTINATION flashwatt)
+  # the headers, for the optional torch extension that `python -m flashwatt build-torch-ext` compiles
+  install(FILES include/flashwatt.h ${FW_GENERATED_INCLUDE}/flashwatt_version.h DESTINATION flashwatt/include)
   return()
 endif()
 

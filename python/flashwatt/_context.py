@@ -79,7 +79,7 @@ class Context:
         ptr = getattr(self, "_ptr", None)
         if ptr is not None and ptr.value:
             self._lib.fw_context_destroy(ptr)
-            self._ptr = ctypes.c_void_p()
+            ptr.value = None  # in place: the torch extension's autograd nodes read the pointer here
             self._workspace = self._workspace_device = None
 
     def __del__(self) -> None:

@@ -10,15 +10,17 @@ current CUDA stream), the calls themselves, and the two ways a call reaches them
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Optional, Tuple
 
 import torch
 
-from . import _lib
+from . import _lib, _torch_ext
 from ._attention import LAYOUTS, call_with_backend, normalize_params, pack_params, raise_for
 from ._context import Context, default_context
 from ._serving import varlen_backward_call, varlen_call
 
+_addressof = ctypes.addressof
 _DTYPES = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
 _Tensor = torch.Tensor
 
@@ -266,7 +268,17 @@ def attention(q, k, v, causal: bool, scale: Optional[float], window: Any, backen
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if _any_autocast is None or _any_autocast():
             q, k, v = autocast(q, k, v)
-        if (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled():
+        ctx = context if context is not None else default_context()
+        ext = _torch_ext.get() if backend == "auto" or backend == ctx._backend else None
+        if ext is not None:  # the C++ autograd node (_torch_ext.py)
+            scale, causal, left, right = masking
+            st, msg, o, lse = ext.attention(q, k, v, 0.0 if scale is None else scale, causal, left, right, return_lse,
+                                            layout == "bshd", _addressof(ctx._ptr), context is None)
+            if st:
+                raise _lib.error_for(st, msg)
+            if context is not None and o.grad_fn is not None:  # the node reads its fw_context* in backward
+                o.grad_fn.metadata["flashwatt.context"] = context
+        elif (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled():
             o, lse = AttentionFunction.apply(q, k, v, pack_params(*masking), context, backend, layout)
         else:
             o, lse, _ = _forward_described(_describable(q), _describable(k), _describable(v), pack_params(*masking),

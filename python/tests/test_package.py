@@ -32,6 +32,7 @@ def test_python_m_flashwatt_info():
         assert r.stdout.startswith(f"flashwatt {fw.__version__} (library {fw.version()}) at ")
         assert re.search(r"^  cpu-ref +cpu +usable$", r.stdout, re.M), r.stdout
         assert "telemetry: " in r.stdout
+        assert re.search(r"^torch extension: ", r.stdout, re.M), r.stdout
     r = _module("bogus")
     assert r.returncode == 2 and "usage: python -m flashwatt" in r.stderr
 
@@ -42,3 +43,16 @@ def test_package_copy_is_searched_before_the_checkout_build(monkeypatch):
     package_copy = str(Path(fw._lib.__file__).resolve().parent / "libflashwatt.so")
     assert paths[0] == package_copy
     assert paths.index(package_copy) < next(i for i, p in enumerate(paths) if p.endswith("build/libflashwatt.so"))
+
+
+def test_build_torch_ext_without_torch_says_so():
+    """Where torch is absent the command fails with a reason (where it is, test_torch_ext.py builds it)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        r = _module("build-torch-ext")
+        assert r.returncode == 1 and "torch is not installed" in r.stderr, r.stderr
+    else:
+        import pytest
+
+        pytest.skip("torch is installed here: test_torch_ext.py builds the extension")
