@@ -45,8 +45,9 @@ Commands run in the order given (minutes on one H100 in brackets):
             --configs --energy); flashwatt bench --suite decode; flashwatt tune --suite decode (the
             decode buckets' tuning table: each bucket's fastest and least-energy configuration) [7]
   pytest    python/tests with the GPU, and python/examples/gpt_block.py [2]
-  floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes) and
-            launch_overhead (what a call costs the host before its kernel runs) [1]
+  floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes),
+            launch_overhead (what a call costs the host before its kernel runs) and decode_floor (the
+            decode table's K/V stream alone, by cp.async, bulk copies and TMA) [1]
   overhead  the host cost of a call from Python beside SDPA (torch CUDA, bf16 (1, 8, 1, 64)): eager forward,
             forward with grad, fwd+bwd step, the three under torch.compile, the forward and the step
             replayed from a torch.cuda.graph, the custom op and the bare C calls
@@ -491,7 +492,7 @@ cmd_pytest() {
 cmd_floors() {
     need_build
     local prog t0 rc
-    for prog in memory_floor launch_overhead; do
+    for prog in memory_floor launch_overhead decode_floor; do
         step "$prog"
         t0=$SECONDS
         if [ ! -x "$BUILD/$prog" ]; then
