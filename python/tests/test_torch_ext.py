@@ -122,9 +122,13 @@ def test_inputs_with_a_strided_head_dim(use_ext, monkeypatch, device):
 
 
 def test_errors_are_flashwatts(use_ext):
-    q = torch.randn(1, 2, 9, 32)
-    with pytest.raises(fw.FlashwattError, match="head_dim"):
-        fw.attention(q, torch.randn(1, 2, 9, 16), torch.randn(1, 2, 9, 32))
+    for grad in (False, True):  # the plain call and the autograd node's forward
+        q = torch.randn(1, 2, 9, 32, requires_grad=grad)
+        with pytest.raises(fw.FlashwattError, match="head_dim"):
+            fw.attention(q, torch.randn(1, 2, 9, 16), torch.randn(1, 2, 9, 32))
+    o = fw.attention(q, torch.randn(1, 2, 9, 32), torch.randn(1, 2, 9, 32))  # nothing left behind
+    o.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
 def test_named_context_is_kept_and_a_closed_one_refused(use_ext):
