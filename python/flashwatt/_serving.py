@@ -9,6 +9,8 @@ here reads a value on a CUDA device: no synchronisation, so calls can be capture
 """
 from __future__ import annotations
 
+import ctypes
+
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -359,6 +361,15 @@ def attention_varlen(
         o, lse = arrays.torch.ops.flashwatt.attention_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, *masking, return_lse or arrays.needs_grad(named[:3]),
             backend, context.op_id if context is not None else 0)
+        return (o, lse) if return_lse else o
+    ext, ctx = arrays._torch.ext_and_context(backend, context) if arrays.kind == "torch tensor" else (None, None)
+    if ext is not None:  # the C++ autograd node (_torch_ext.py), on inputs checked as varlen_call checks them
+        q, k, v, _, _, _ = _varlen_inputs(arrays, ctx, q, k, v, cu_seqlens_q, cu_seqlens_k)
+        scale, causal, left, right = masking
+        st, msg, o, lse = ext.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
+                                               0.0 if scale is None else scale, causal, left, right, return_lse,
+                                               ctypes.addressof(ctx._ptr), context is None)
+        arrays._torch.ext_done(st, msg, o, context)
     elif arrays.needs_grad(named[:3]):  # eager torch autograd: the backward is fw_attention_varlen_backward
         o, lse = arrays._torch.VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
                                                     pack_params(*masking), backend, context)
@@ -368,13 +379,10 @@ def attention_varlen(
     return (o, lse) if return_lse else o
 
 
-def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_q: int, max_k: int, params: bytes,
-                want_lse: bool, backend: str, context: Optional[Context], arrays: Any = None) -> Tuple[Any, Any]:
-    """The ragged call on checked scalar arguments (eagerly, and as the op flashwatt::attention_varlen):
-    (output, lse or None)."""
-    ctx = _context(context)
+def _varlen_inputs(arrays, ctx: Context, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any):
+    """The ragged call's arrays checked: (q, k, v, copied where the C API cannot take their strides; the two
+    offsets' data pointers; the batch)."""
     named = (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k))
-    arrays = arrays if arrays is not None else _arrays_of(named)
     _same_device(arrays, ctx, named)
     doc_q, doc_k = "(total_q, heads, head_dim)", "(total_k, kv_heads, head_dim)"
     q = _floats(arrays, q, "q", 3, doc_q)
@@ -384,6 +392,17 @@ def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, ma
     batch = cu_seqlens_q.shape[0] - 1
     cu_k = _int32_vector(arrays, cu_seqlens_k, "cu_seqlens_k", batch + 1,
                          f"batch + 1 offsets, as cu_seqlens_q has for {batch} sequences")
+    return q, k, v, cu_q, cu_k, batch
+
+
+def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_q: int, max_k: int, params: bytes,
+                want_lse: bool, backend: str, context: Optional[Context], arrays: Any = None) -> Tuple[Any, Any]:
+    """The ragged call on checked scalar arguments (eagerly, and as the op flashwatt::attention_varlen):
+    (output, lse or None)."""
+    ctx = _context(context)
+    if arrays is None:
+        arrays = _arrays_of((("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)))
+    q, k, v, cu_q, cu_k, batch = _varlen_inputs(arrays, ctx, q, k, v, cu_seqlens_q, cu_seqlens_k)
     o = arrays.empty_like(q)
     lse = arrays.empty_f32((q.shape[1], q.shape[0]), q) if want_lse else None
     d = [_packed_desc(arrays, t) for t in (q, k, v, o)]

@@ -247,6 +247,23 @@ def check_call(backend: Any, context: Any) -> str:
     return backend
 
 
+def ext_and_context(backend: str, context: Optional[Context]) -> Tuple[Any, Context]:
+    """(the C++ extension where it is built and the call needs no backend but its context's, else None; the
+    context the call runs on). The extension takes the context's fw_context* by the address of its ctypes pointer
+    (`ctypes.addressof(ctx._ptr)`), which Context.close clears in place."""
+    ctx = context if context is not None else default_context()
+    return (_torch_ext.get() if backend == "auto" or backend == ctx._backend else None), ctx
+
+
+def ext_done(status: int, message: str, o: Any, context: Optional[Context]) -> None:
+    """After an extension call: its error raised as flashwatt's; a named context kept alive with the graph
+    (the autograd node reads its fw_context* in backward)."""
+    if status:
+        raise _lib.error_for(status, message)
+    if context is not None and o.grad_fn is not None:
+        o.grad_fn.metadata["flashwatt.context"] = context
+
+
 def _fast(t: Any) -> bool:
     """A real 4-D CPU or CUDA tensor of a dtype the library takes: the eager path needs no other check."""
     return type(t) is _Tensor and t.dim() == 4 and t.dtype in _DTYPES and (t.is_cuda or t.is_cpu)
@@ -268,16 +285,12 @@ def attention(q, k, v, causal: bool, scale: Optional[float], window: Any, backen
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if _any_autocast is None or _any_autocast():
             q, k, v = autocast(q, k, v)
-        ctx = context if context is not None else default_context()
-        ext = _torch_ext.get() if backend == "auto" or backend == ctx._backend else None
+        ext, ctx = ext_and_context(backend, context)
         if ext is not None:  # the C++ autograd node (_torch_ext.py)
             scale, causal, left, right = masking
             st, msg, o, lse = ext.attention(q, k, v, 0.0 if scale is None else scale, causal, left, right, return_lse,
                                             layout == "bshd", _addressof(ctx._ptr), context is None)
-            if st:
-                raise _lib.error_for(st, msg)
-            if context is not None and o.grad_fn is not None:  # the node reads its fw_context* in backward
-                o.grad_fn.metadata["flashwatt.context"] = context
+            ext_done(st, msg, o, context)
         elif (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled():
             o, lse = AttentionFunction.apply(q, k, v, pack_params(*masking), context, backend, layout)
         else:

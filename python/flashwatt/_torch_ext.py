@@ -1,4 +1,5 @@
-"""The optional C++ autograd node for PyTorch (``_csrc/torch_autograd.cpp``), built on demand.
+"""The optional C++ autograd nodes for PyTorch (``_csrc/torch_autograd.cpp``: flashwatt.attention and
+flashwatt.attention_varlen), built on demand.
 
 flashwatt's torch path is Python over ctypes; what a Python ``autograd.Function`` costs the host alone is more
 than SDPA's whole call on a small problem (docs/PERF.md, host overhead). The extension does the same
@@ -73,9 +74,9 @@ def _init(mod: Any) -> Any:
     def addr(name: str) -> int:
         return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
 
-    mod.init(addr("fw_attention_forward"), addr("fw_attention_backward"), addr("fw_context_set_stream"),
-             addr("fw_context_last_error"), addr("fw_context_create"), addr("fw_context_destroy"),
-             addr("fw_status_string"))
+    mod.init(addr("fw_attention_forward"), addr("fw_attention_backward"), addr("fw_attention_varlen_forward"),
+             addr("fw_attention_varlen_backward"), addr("fw_context_set_stream"), addr("fw_context_last_error"),
+             addr("fw_context_create"), addr("fw_context_destroy"), addr("fw_status_string"))
     return mod
 
 

@@ -1,4 +1,5 @@
-"""The optional C++ autograd node (flashwatt/_torch_ext.py, _csrc/torch_autograd.cpp) against the Python path.
+"""The optional C++ autograd nodes (flashwatt/_torch_ext.py, _csrc/torch_autograd.cpp) against the Python path:
+the dense call, and the ragged one (an empty sequence, one token, GQA, causal and window).
 
 Built once for the session into a temporary cache (skipped where torch, a C++ compiler or ninja is absent).
 Outputs and gradients equal the Python autograd.Function's bit for bit (the same C calls) on CPU and CUDA,
@@ -105,6 +106,51 @@ def test_matches_the_python_path_bit_for_bit(use_ext, monkeypatch, device, case)
         assert torch.equal(a, b), name
         assert torch.isfinite(a.float()).all(), name
     assert torch.equal(o_nograd, o_py) and torch.equal(lse, lse_py)
+
+
+def _varlen_step(q, k, v, cu_q, cu_k, max_q, max_k, dout, **kw):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o, lse = fw.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, return_lse=True, **kw)
+    o.backward(dout)
+    return o.detach(), lse, q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window=(5, 0), scale=0.2)])
+def test_varlen_matches_the_python_path_bit_for_bit(use_ext, monkeypatch, device, kw):
+    """Ragged batches (an empty sequence, a one-token one, one longer than its keys), GQA 4/2."""
+    lens_q, lens_k = [0, 1, 13, 40, 7], [3, 1, 29, 40, 5]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device=device)
+    g = torch.Generator().manual_seed(3)
+
+    def rand(n, h):
+        return torch.randn(n, h, 64, generator=g).to(device=device, dtype=_dtype(device))
+
+    q, k, v, dout = rand(sum(lens_q), 4), rand(sum(lens_k), 2), rand(sum(lens_k), 2), rand(sum(lens_q), 4)
+    args = (cu_q, cu_k, max(lens_q), max(lens_k))
+    got = _varlen_step(q, k, v, *args, dout, **kw)
+    with torch.no_grad():
+        o_nograd = fw.attention_varlen(q, k, v, *args, **kw)
+    _python_path(monkeypatch)
+    want = _varlen_step(q, k, v, *args, dout, **kw)
+    for a, b, name in zip(got, want, ("o", "lse", "dq", "dk", "dv")):
+        assert torch.equal(a, b), name
+    assert torch.equal(o_nograd, want[0])
+
+
+def test_varlen_errors_and_named_context(use_ext):
+    q = torch.randn(10, 2, 32, requires_grad=True)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(TypeError, match="cu_seqlens_k must be int32"):  # the binding's checks come first
+        fw.attention_varlen(q, q, q, cu, cu.long(), 6, 6)
+    with pytest.raises(fw.FlashwattError):  # the library's: a max_seqlen below a sequence's length
+        fw.attention_varlen(q, q, q, cu, cu, 6, 2)
+    c = fw.Context(threads=1)
+    o = c.attention_varlen(q, q, q, cu, cu, 6, 6, causal=True)
+    assert o.grad_fn.metadata["flashwatt.context"] is c
+    o.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
