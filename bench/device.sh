@@ -51,7 +51,8 @@ Commands run in the order given (minutes on one H100 in brackets):
   overhead  the host cost of a call from Python beside SDPA (torch CUDA, bf16 (1, 8, 1, 64)): eager forward,
             forward with grad, fwd+bwd step, the three under torch.compile, the forward and the step
             replayed from a torch.cuda.graph, the custom op and the bare C calls
-            (bench/host_overhead.py --compiled) [2]
+            (bench/host_overhead.py --compiled); the Python path, then the C++ autograd node
+            (python -m flashwatt build-torch-ext) [4]
   cpu       fma_peak, then cpu_flash_bench against that peak: cpu-flash vs cpu-naive (any machine) [2]
   all       build test sanitize fwd bwd f32 f32bwd pytest [27]: more than one 10-minute device call,
             so split it on one machine (the build directory stays between calls): `build test
@@ -509,11 +510,22 @@ cmd_floors() {
 cmd_overhead() {
     need_build
     local t0=$SECONDS rc
-    step "bench/host_overhead.py --device cuda --compiled: a call's host cost beside SDPA's"
-    py 300 host_overhead.log bench/host_overhead.py --device cuda --compiled --json "$LOGS/host_overhead.json"
+    step "bench/host_overhead.py --device cuda --compiled: a call's host cost beside SDPA's, the Python path"
+    FLASHWATT_TORCH_EXT=0 py 300 host_overhead.log bench/host_overhead.py --device cuda --compiled \
+        --json "$LOGS/host_overhead.json"
     rc=$?
     cat "$LOGS/host_overhead.log"
-    record "overhead" "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/host_overhead.log")"
+    record "overhead: Python path" "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/host_overhead.log")"
+
+    step "the same with the C++ autograd node (python -m flashwatt build-torch-ext, into a cache under /tmp)"
+    t0=$SECONDS
+    export FLASHWATT_CACHE=/tmp/flashwatt-cache
+    py 300 build_torch_ext.log -m flashwatt build-torch-ext && \
+        FLASHWATT_TORCH_EXT=1 py 300 host_overhead_ext.log bench/host_overhead.py --device cuda --compiled \
+            --json "$LOGS/host_overhead_ext.json"
+    rc=$?
+    cat "$LOGS/build_torch_ext.log" "$LOGS/host_overhead_ext.log" 2>/dev/null
+    record "overhead: C++ autograd node" "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/host_overhead_ext.log")"
 }
 
 cmd_cpu() {
