@@ -199,6 +199,33 @@ def test_named_context_is_kept_and_a_closed_one_refused(use_ext):
         c.attention(q, k, v)
 
 
+def test_backward_on_another_thread(use_ext, monkeypatch):
+    """The default context's backward run from another thread takes that thread's own context (the forward's
+    serves one call at a time) and gives the same gradients; a named context is the backward's on any thread."""
+    import threading
+
+    g = torch.Generator().manual_seed(11)
+    q, k, v, dout = (torch.randn(1, 2, 17, 32, generator=g) for _ in range(4))
+    want = _step(q, k, v, dout, causal=True)
+    for context in (None, fw.Context(threads=1)):
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        o = fw.attention(qg, kg, vg, causal=True, context=context)
+        errors = []
+
+        def run():
+            try:
+                o.backward(dout)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        assert not errors, errors
+        for a, b in zip((qg.grad, kg.grad, vg.grad), want[1:]):
+            assert torch.equal(a, b)
+
+
 def test_no_double_backward_and_lse_not_differentiable(use_ext):
     q, k, v = (torch.randn(1, 2, 9, 32, requires_grad=True) for _ in range(3))
     o, lse = fw.attention(q, k, v, return_lse=True)
