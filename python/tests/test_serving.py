@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import cpu_backend_names
+from cuda_devices import cuda_only
 from reference import attention_ref
 
 import flashwatt as fw
@@ -22,19 +23,8 @@ except ImportError:
     torch = None
 
 
-def _cuda_reason():
-    if torch is None:
-        return "PyTorch is not installed"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    if not any(b.device == "cuda" and b.usable for b in fw.backends()):
-        return "libflashwatt has no usable CUDA backend"
-    return None
-
-
-CUDA_SKIP = _cuda_reason()
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
-needs_cuda = pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP))
+needs_cuda = cuda_only
 
 # (array kind, backend): NumPy on each CPU backend by name, torch on the CPU and CUDA through "auto".
 RUNS = ([pytest.param("numpy", b, id=f"numpy-{b}") for b in cpu_backend_names()]

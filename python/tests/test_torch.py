@@ -10,21 +10,10 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed here; the 
 import torch.nn.functional as F  # noqa: E402
 
 import flashwatt as fw  # noqa: E402
+from cuda_devices import CUDA_SKIP, DEVICES  # noqa: E402
 from reference import attention_ref, visible_mask  # noqa: E402
 
 
-def _cuda_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    if fw.cuda_device_count() == 0:
-        return "libflashwatt sees no CUDA device (built without CUDA?)"
-    if not any(b.device == "cuda" and b.usable for b in fw.backends()):
-        return "libflashwatt has no usable CUDA backend"
-    return None
-
-
-CUDA_SKIP = _cuda_reason()
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP)))]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DT_IDS = ["f32", "f16", "bf16"]
 

@@ -15,21 +15,11 @@ import torch.nn.functional as F  # noqa: E402
 
 import flashwatt as fw  # noqa: E402
 import flashwatt._torch  # noqa: E402,F401  (registers the ops)
+from cuda_devices import CUDA_SKIP, DEVICES, cuda_only  # noqa: E402
 
 ops = torch.ops.flashwatt
 
 
-def _cuda_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    if not any(b.device == "cuda" and b.usable for b in fw.backends()):
-        return "libflashwatt has no usable CUDA backend"
-    return None
-
-
-CUDA_SKIP = _cuda_reason()
-cuda_only = pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP))
-DEVICES = ["cpu", pytest.param("cuda", marks=cuda_only)]
 
 
 class Block(nn.Module):

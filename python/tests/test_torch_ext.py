@@ -18,20 +18,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed here; the torch tests run where it is")
 
 import flashwatt as fw  # noqa: E402
+from cuda_devices import DEVICES, cuda_only  # noqa: E402
 from flashwatt import _torch_ext  # noqa: E402
 
 
-def _cuda_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    if not any(b.device == "cuda" and b.usable for b in fw.backends()):
-        return "libflashwatt has no usable CUDA backend"
-    return None
-
-
-CUDA_SKIP = _cuda_reason()
-cuda_only = pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP))
-DEVICES = ["cpu", pytest.param("cuda", marks=cuda_only)]
 
 
 @pytest.fixture(scope="session")
