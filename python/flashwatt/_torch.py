@@ -247,12 +247,16 @@ def check_call(backend: Any, context: Any) -> str:
     return backend
 
 
-def ext_and_context(backend: str, context: Optional[Context]) -> Tuple[Any, Context]:
+def ext_and_context(backend: str, context: Optional[Context]) -> Tuple[Any, Optional[Context]]:
     """(the C++ extension where it is built and the call needs no backend but its context's, else None; the
-    context the call runs on). The extension takes the context's fw_context* by the address of its ctypes pointer
-    (`ctypes.addressof(ctx._ptr)`), which Context.close clears in place."""
+    context the call runs on, None where the extension is not built). The extension takes the context's
+    fw_context* by the address of its ctypes pointer (`ctypes.addressof(ctx._ptr)`), which Context.close clears
+    in place."""
+    ext = _torch_ext.get()
+    if ext is None:  # the Python path finds its context itself: nothing more to do here on every call
+        return None, None
     ctx = context if context is not None else default_context()
-    return (_torch_ext.get() if backend == "auto" or backend == ctx._backend else None), ctx
+    return (ext if backend == "auto" or backend == ctx._backend else None), ctx
 
 
 def ext_done(status: int, message: str, o: Any, context: Optional[Context]) -> None:
