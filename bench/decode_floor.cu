@@ -6,11 +6,10 @@
  * Beside a device-to-device copy (read + written bytes): the decode kernel cannot beat this stream, and its gap to
  * it is the cost of everything else (products, merges, block ends). sm_90 (bulk copies, TMA); built with the CUDA
  * backends as `decode_floor` and run by `bench/device.sh floors`. */
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <stdint.h>
 #include "backends/cuda/parts/copy.cuh"
 #include "backends/cuda/parts/pipeline.cuh"
+#include "backends/cuda/parts/tensor_maps.cuh"
 #include "cuda_bench.h"
 
 using namespace fwparts;
@@ -175,19 +174,18 @@ __global__ void fill(uint32_t *a, size_t n, uint32_t seed)
     }
 }
 
+/* A 3-D map (head dim, KV head, B·L rows) of the cache with 128 x 1 x 64 boxes, unswizzled. */
 static CUtensorMap make_map(const void *ptr, int B, int L, int Hkv)
 {
-    void *f = NULL;
-    cudaDriverEntryPointQueryResult q;
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tma_encode_fn();
     CUtensorMap m;
     cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)Hkv, (cuuint64_t)B * L};
     cuuint64_t strides[2] = {(cuuint64_t)ROWB, (cuuint64_t)Hkv * ROWB};
     cuuint32_t box[3] = {D, 1, BN}, es[3] = {1, 1, 1};
-    if (q != cudaDriverEntryPointSuccess ||
-        ((PFN_cuTensorMapEncodeTiled_v12000)f)(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides,
-                                               box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    if (!encode ||
+        encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(ptr), dims, strides, box, es,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
         printf("cuTensorMapEncodeTiled failed\n");
         exit(1);
     }
