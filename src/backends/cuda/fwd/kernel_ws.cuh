@@ -91,21 +91,6 @@ __device__ __forceinline__ bool varlen_block(const fw_fwd_params &p, const fw_cu
     return true;
 }
 
-/* Zeroes rows r0 .. ROWS - 1 of a ROWS-row tile of CB column blocks (ROWS x 128 bytes each; the 128-byte
- * swizzle permutes chunks within a row, so whole rows stay whole) with NT threads (t: this one's index), and
- * orders the writes before the async proxy's (wgmma's) reads; the caller's barrier then publishes them. */
-template <int CB, int ROWS, int NT> __device__ __forceinline__ void zero_tile_rows(uint32_t tile, int r0, int t)
-{
-    const int chunks = (ROWS - r0) * 8; /* 16 bytes each, per column block */
-#pragma unroll
-    for (int cb = 0; cb < CB; cb++)
-        for (int i = t; i < chunks; i += NT)
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + (uint32_t)(cb * ROWS * 128 + r0 * 128 + i * 16)),
-                         "r"(0u)
-                         : "memory");
-    fwparts::fence_proxy_async();
-}
-
 /* The producer's loads of one query block: Q into the resident buffer and its n_tiles K/V tiles, ring tiles
  * kt0 .. (the ring runs on across a persistent block's query blocks). item: the block's query blocks so far;
  * from the second on, Q waits until the consumers have freed it (q_free's phase item - 1), so K(0) and V(0),

@@ -14,6 +14,7 @@
 
 #include <cuda.h>
 #include <stdint.h>
+#include "backends/cuda/parts/wgmma.cuh"
 
 namespace fwparts {
 
@@ -180,6 +181,23 @@ template <bool ON, int ID0 = 1> struct pingpong {
         if (ON && wgc == 0) named_sync(ID0, 256);
     }
 };
+
+/* Zeroes rows r0 .. ROWS - 1 of a ROWS-row tile of CB column blocks (ROWS x 128 bytes each; the 128-byte
+ * swizzle permutes chunks within a row, so whole rows stay whole) with NT threads (t: this one's index), and
+ * orders the writes before the async proxy's (wgmma's) reads; the caller's barrier then publishes them. A ragged
+ * batch's TMA boxes bring the next sequence's rows past a sequence's end: its kernels zero them so that a masked
+ * product of 0 with a NaN or Inf there cannot reach a result. */
+template <int CB, int ROWS, int NT> __device__ __forceinline__ void zero_tile_rows(uint32_t tile, int r0, int t)
+{
+    const int chunks = (ROWS - r0) * 8; /* 16 bytes each, per column block */
+#pragma unroll
+    for (int cb = 0; cb < CB; cb++)
+        for (int i = t; i < chunks; i += NT)
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + (uint32_t)(cb * ROWS * 128 + r0 * 128 + i * 16)),
+                         "r"(0u)
+                         : "memory");
+    fence_proxy_async();
+}
 
 } /* namespace fwparts */
 #endif
