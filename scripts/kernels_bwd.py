@@ -26,7 +26,7 @@ def option(r, o):
         r["qs"] = int(o[2:])
     elif o == "ovl" and fam == "bwd.wg":
         r["ovl"] = True
-    elif o == "varlen" and fam != "bwd.ws":
+    elif o == "varlen":
         r["varlen"] = True
     elif m and fam != "bwd.cores":
         r["dq"] = (dict(kind="tf32" if fam == "bwd.tf32" else "mma", warps=int(m[1]), mt=int(m[2]), bn=int(m[3])) if m[1]
@@ -79,8 +79,6 @@ def check_record(r):
     step = {"mma": 16, "tf32": 8}.get(q["kind"], 64) if q else 0
     if q and q["bn"] % step:
         fail(f"{where}: the dQ kernel's keys per step must be a multiple of {step}")
-    if r["varlen"] and q and q["kind"] == "ws":
-        fail(f"{where}: a ragged (varlen) record's kernels load with cp.async (zero past a sequence's rows), not dq=ws")
 
 
 def check_table(recs):

@@ -94,9 +94,9 @@ template <int BM, int BN> __device__ __forceinline__ fwparts::query_block dq_blo
  * on that sequence as a problem of its own (seq_problem): b = 0, Lq and Lk its lengths, the diagonal Lk - Lq (causal
  * and windows bottom-right aligned per sequence), the query side's tensors from its first query row, the key side's
  * from its first key row, the workspaces from its block of rows. The dense bodies then load only its rows (the
- * cp.async loads zero-fill past Lq and Lk, so the next sequence's rows never reach a product), mask its keys, and
- * store only its rows; a sequence without queries still writes its dK, dV rows (zeros), one without keys its dQ
- * rows (zeros). */
+ * cp.async loads zero-fill past Lq and Lk; the TMA kernels, whose maps cover the packed tensors, zero in shared
+ * memory the next sequence's rows that a product would sum over), mask its keys, and store only its rows; a
+ * sequence without queries still writes its dK, dV rows (zeros), one without keys its dQ rows (zeros). */
 
 template <typename T> __device__ __forceinline__ const void *rows_from(const void *base, int64_t row0, long long ss)
 {
@@ -144,9 +144,11 @@ template <typename T, class P> __device__ __forceinline__ void seq_problem(const
 
 /* This block's work in a ragged batch: its tile (KEYS: key block BLOCK·m_block.. of kv head h, else query block
  * BLOCK·m_block.. of query head h; b = 0) and sp, its sequence's problem made from a (fw_bwd_tc_params or
- * fw_bwd_args). False: a slot past its sequence's blocks, no work (every thread of the block alike). */
+ * fw_bwd_args); rows, where given: the sequence's place in the packed tensors (the TMA kernels' maps cover those).
+ * False: a slot past its sequence's blocks, no work (every thread of the block alike). */
 template <typename T, int BLOCK, bool KEYS, class P>
-__device__ __forceinline__ bool ragged_block(const P &a, bool longest_first, P &sp, fwparts::tile_coord &tile)
+__device__ __forceinline__ bool ragged_block(const P &a, bool longest_first, P &sp, fwparts::tile_coord &tile,
+                                             fwparts::seq_span *rows = nullptr)
 {
     fwparts::seq_span s;
     const int heads = KEYS ? a.H / a.group : a.H;
@@ -154,6 +156,7 @@ __device__ __forceinline__ bool ragged_block(const P &a, bool longest_first, P &
         return false;
     sp = a;
     seq_problem<T>(s, sp);
+    if (rows) *rows = s;
     return true;
 }
 

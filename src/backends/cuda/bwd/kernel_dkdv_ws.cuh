@@ -5,7 +5,14 @@
  * step's lse2 and Δ (f32 boxes of BM, zero past Lq: as the cp.async zero-fill) into a ring of ST stages,
  * completing on the stage's "full" mbarrier. The consumers release a stage on its "empty" mbarrier once
  * the step's dV/dK products have retired, so the two consumer warpgroups are never held in step with
- * each other (no block-wide barrier per step). */
+ * each other (no block-wide barrier per step).
+ *
+ * VARLEN: a ragged batch (kernel_common.cuh: ragged_block). The maps cover the packed (total, H, D) tensors and the
+ * boxes start at the block's sequence's rows. lse2 and Δ of a sequence start at any float, which a TMA box cannot,
+ * so a second producer warp copies them (zero past the sequence) and arrives on a second "full" barrier. The last
+ * query tile of a head brings the next sequence's Q and dO rows: the consumers zero them (zero_tile_rows) before
+ * any product reads them, so that those rows add nothing, as the dense kernel's zero-filled rows past Lq. Key rows
+ * past the sequence only reach dK, dV rows that are never stored. */
 #ifndef FW_BWD_KERNEL_DKDV_WS_CUH
 #define FW_BWD_KERNEL_DKDV_WS_CUH
 
@@ -29,15 +36,16 @@ template <class C> struct dkdv_ws_geom {
     static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + ST * (size_t)STAT_BYTES + 256;
 };
 
-template <typename T, class C>
-__global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params p, const __grid_constant__ dkdv_tma_maps m)
+template <typename T, class C, bool VARLEN = false>
+__global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params args, const __grid_constant__ dkdv_tma_maps m)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = dkdv_ws_geom<C>;
     constexpr int D = C::D, BN = G::BN, BM = G::BM, ST = G::ST, CB = D / 64;
     static_assert(D % 64 == 0 && BM % 64 == 0 && ST >= 2, "wgmma tile shapes");
-    static_assert(fwparts::mbar_ring<ST, 1, 1>::BYTES <= 256, "the mbarriers' room");
     using namespace fwparts;
+    typedef mbar_ring<ST, VARLEN ? 2 : 1, 1> Ring; /* VARLEN: load 1, lse2 and Δ by the second producer warp */
+    static_assert(Ring::BYTES <= 256, "the mbarriers' room");
 
     extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -45,16 +53,31 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
     const uint32_t sK = base, sV = sK + G::KV_BYTES;
     const uint32_t sStage = sV + G::KV_BYTES; /* stage s: Q at +2s·QD, dO at +(2s+1)·QD */
     const uint32_t sStat = sStage + 2 * ST * G::QD_BYTES; /* stage s: lse2 at +s·STAT, Δ at +s·STAT + BM·4 */
-    const mbar_ring<ST, 1, 1> ring{sStat + ST * G::STAT_BYTES}; /* resident: K and V; a load a stage: Q, dO, lse2, Δ */
+    const Ring ring{sStat + ST * G::STAT_BYTES}; /* resident: K and V; a load a stage: Q, dO, lse2, Δ */
     auto stage_q = [&](int it) { return sStage + (uint32_t)(2 * (it % ST)) * G::QD_BYTES; };
-    const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
+    float *stat_f = reinterpret_cast<float *>(smem_raw + (sStat - raw));
+
+    fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
+    tile_coord tile;
+    seq_span rows{}; /* VARLEN: its first rows in the packed tensors */
+    if constexpr (VARLEN)
+        if (!ragged_block<T, BN, true>(args, false, seq, tile, &rows)) return;
+    const fw_bwd_tc_params &p = VARLEN ? seq : args;
+    const int q_row0 = (int)rows.q_row0, k_row0 = (int)rows.k_row0; /* < 2^31: the maps' extents */
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     key_block<BN, BM> kb;
-    kb.init(p);
+    if constexpr (VARLEN) kb.init_at(p, tile.m_block, tile.h, tile.b);
+    else kb.init(p);
     const int n0 = kb.n0, hk = kb.hk, b = kb.b, total = kb.total;
 
-    if (tid == 0) ring.init(256);
+    if (tid == 0) {
+        ring.template init<!VARLEN>(256);
+        if constexpr (VARLEN) { /* the statistics' barriers complete on the copying warp's 32 arrivals */
+            for (int st = 0; st < ST; st++) mbar_init(ring.full(1, st), 32);
+            mbar_init_fence();
+        }
+    }
     __syncthreads();
 
     if (wg == 0) { /* producer */
@@ -63,21 +86,36 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
             mbar_expect_tx(ring.resident(), 2 * G::KV_BYTES);
 #pragma unroll
             for (int cb = 0; cb < CB; cb++) {
-                tma_load(sK + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, ring.resident(), cb * 64, n0, hk, b);
-                tma_load(sV + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, ring.resident(), cb * 64, n0, hk, b);
+                tma_load(sK + (uint32_t)(cb * BN * 128), &m.k, m.swap_k, ring.resident(), cb * 64, k_row0 + n0, hk, b);
+                tma_load(sV + (uint32_t)(cb * BN * 128), &m.v, m.swap_v, ring.resident(), cb * 64, k_row0 + n0, hk, b);
             }
             produce_ring(ring, total, [&](int it, int st) {
                 const int h = kb.head(p, it), m0 = kb.row0(it);
                 const uint32_t sq = stage_q(it), sdo = sq + G::QD_BYTES, sst = sStat + (uint32_t)st * G::STAT_BYTES;
-                mbar_expect_tx(ring.full(0, st), 2 * G::QD_BYTES + G::STAT_BYTES);
+                mbar_expect_tx(ring.full(0, st), 2 * G::QD_BYTES + (VARLEN ? 0 : G::STAT_BYTES));
 #pragma unroll
                 for (int cb = 0; cb < CB; cb++) {
-                    tma_load(sq + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, ring.full(0, st), cb * 64, m0, h, b);
-                    tma_load(sdo + (uint32_t)(cb * BM * 128), &m.dout, m.swap_do, ring.full(0, st), cb * 64, m0, h, b);
+                    tma_load(sq + (uint32_t)(cb * BM * 128), &m.q, m.swap_q, ring.full(0, st), cb * 64, q_row0 + m0, h, b);
+                    tma_load(sdo + (uint32_t)(cb * BM * 128), &m.dout, m.swap_do, ring.full(0, st), cb * 64, q_row0 + m0, h, b);
                 }
-                const int bh = b * p.H + h;
-                tma_load_rows(sst, &m.lse2, ring.full(0, st), m0, bh);
-                tma_load_rows(sst + BM * 4, &m.delta, ring.full(0, st), m0, bh);
+                if constexpr (!VARLEN) {
+                    const int bh = b * p.H + h;
+                    tma_load_rows(sst, &m.lse2, ring.full(0, st), m0, bh);
+                    tma_load_rows(sst + BM * 4, &m.delta, ring.full(0, st), m0, bh);
+                }
+            });
+        } else if (VARLEN && warp == 1) { /* lse2 and Δ of each step, zero past the sequence */
+            produce_ring(ring, total, [&](int it, int st) {
+                const int h = kb.head(p, it), m0 = kb.row0(it);
+                const long long r0 = ((long long)b * p.H + h) * p.Lq;
+                float *l2 = stat_f + st * (G::STAT_BYTES / 4);
+#pragma unroll
+                for (int i = lane; i < BM; i += 32) {
+                    const bool in = m0 + i < p.Lq;
+                    l2[i] = in ? p.lse2[r0 + m0 + i] : 0.f;
+                    l2[BM + i] = in ? p.delta[r0 + m0 + i] : 0.f;
+                }
+                mbar_arrive(ring.full(1, st));
             });
         }
         return;
@@ -92,7 +130,18 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
         const float *lse2_s = stat_f + (it % ST) * (G::STAT_BYTES / 4);
         w.elementwise(p, kb.row0(it), n0, lse2_s, lse2_s + BM, nullptr);
     };
-    auto wait_full = [&](int it) { ring.wait_full(0, it); };
+    auto wait_full = [&](int it) {
+        ring.wait_full(0, it);
+        if constexpr (VARLEN) {
+            ring.wait_full(1, it);
+            const int r0 = p.Lq - kb.row0(it); /* the step's rows from r0 on are the next sequence's */
+            if (r0 < BM) {
+                zero_tile_rows<CB, BM, 256>(stage_q(it), r0, tid - 128);
+                zero_tile_rows<CB, BM, 256>(stage_q(it) + G::QD_BYTES, r0, tid - 128);
+                named_sync(1, 256); /* both consumers' zeros before either's products */
+            }
+        }
+    };
 
     mbar_wait(ring.resident(), 0);
     dkdv_overlapped(w, total, wait_full, [&](int it) { ring.release(it); /* step it's stage is read */ },
@@ -100,32 +149,35 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
 
     w.store(p, n0, b, hk);
 #else
-    (void)p;
+    (void)args;
     (void)m;
     __trap(); /* sm_90a only */
 #endif
 }
 
 /* Host: the warp-specialised dK/dV kernel; 0 returned in *ok where the driver refuses a tensor map (the
- * caller then runs C::FALLBACK's dkdv_wg_kernel). */
-template <typename T, class C>
+ * caller then runs C::FALLBACK's dkdv_wg_kernel). VARLEN: p is the packed batch (its seqs), the maps the packed
+ * tensors' (one batch entry of total rows). */
+template <typename T, class C, bool VARLEN = false>
 static cudaError_t dkdv_ws_launch(const fw_bwd_tc_params &p, const dim3 &grid, cudaStream_t s, int *ok)
 {
     using G = dkdv_ws_geom<C>;
     constexpr int BM = G::BM;
     const int Hk = p.H / p.group;
+    const int Lq = VARLEN ? (int)p.seqs.total_q : p.Lq, Lk = VARLEN ? (int)p.seqs.total_k : p.Lk; /* < 2^31 */
+    const int B = VARLEN ? 1 : p.B;
     dkdv_tma_maps m;
     memset(&m, 0, sizeof m);
-    *ok = fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, p.Lq, p.H, p.B, p.q_s[2], p.q_s[1], p.q_s[0], BM) &&
-          fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, p.Lq, p.H, p.B, p.do_s[2], p.do_s[1], p.do_s[0], BM) &&
-          fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, p.Lk, Hk, p.B, p.k_s[2], p.k_s[1], p.k_s[0], G::BN) &&
-          fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, p.Lk, Hk, p.B, p.v_s[2], p.v_s[1], p.v_s[0], G::BN) &&
-          fwparts::tma_make_rows_f32(&m.lse2, p.lse2, p.Lq, (long long)p.B * p.H, BM) &&
-          fwparts::tma_make_rows_f32(&m.delta, p.delta, p.Lq, (long long)p.B * p.H, BM);
+    *ok = fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, Lq, p.H, B, p.q_s[2], p.q_s[1], p.q_s[0], BM) &&
+          fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, Lq, p.H, B, p.do_s[2], p.do_s[1], p.do_s[0], BM) &&
+          fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, Lk, Hk, B, p.k_s[2], p.k_s[1], p.k_s[0], G::BN) &&
+          fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, Lk, Hk, B, p.v_s[2], p.v_s[1], p.v_s[0], G::BN) &&
+          (VARLEN || (fwparts::tma_make_rows_f32(&m.lse2, p.lse2, p.Lq, (long long)p.B * p.H, BM) &&
+                      fwparts::tma_make_rows_f32(&m.delta, p.delta, p.Lq, (long long)p.B * p.H, BM)));
     if (!*ok) return cudaSuccess;
-    cudaError_t e = fw_cuda_smem_limit<dkdv_ws_kernel<T, C>>(G::SMEM);
+    cudaError_t e = fw_cuda_smem_limit<dkdv_ws_kernel<T, C, VARLEN>>(G::SMEM);
     if (e != cudaSuccess) return e;
-    dkdv_ws_kernel<T, C><<<grid, 384, G::SMEM, s>>>(p, m);
+    dkdv_ws_kernel<T, C, VARLEN><<<grid, 384, G::SMEM, s>>>(p, m);
     return fw_cuda_launch_error();
 }
 

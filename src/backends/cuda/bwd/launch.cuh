@@ -87,8 +87,7 @@ template <typename T, class DQ, bool VARLEN = false> static cudaError_t launch_d
 {
     cudaError_t e;
     if constexpr (DQ::KIND == dq_kernel::ws) {
-        static_assert(!VARLEN, "a ragged batch's rows past a sequence need the cp.async loads' zero fill");
-        return dq_ws_launch<T, DQ>(p, s); /* its cp.async fallback where a tensor map is refused */
+        return dq_ws_launch<T, DQ, VARLEN>(p, s); /* its cp.async fallback where a tensor map is refused */
     } else if constexpr (DQ::KIND == dq_kernel::wg) {
         using G = dq_wg_geom<DQ>;
         if ((e = fw_cuda_smem_limit<dq_wg_kernel<T, DQ, VARLEN>>(G::SMEM)) != cudaSuccess) return e;
@@ -106,21 +105,20 @@ template <typename T, class DQ, bool VARLEN = false> static cudaError_t launch_d
 }
 
 /* A tensor-core record (fw_bwd_launch_fn): dK/dV configuration KV, dQ configuration DQ. VARLEN: on a ragged batch
- * (a->seqs), one grid over every sequence; its loads must zero-fill past a sequence's rows, so the producer
- * warpgroup's TMA kernels (ws) do not run it (scripts/gen_kernels.py gives those records no varlen launch). */
+ * (a->seqs), one grid over every sequence (the cp.async kernels zero-fill past a sequence's rows; the producer
+ * warpgroup's TMA kernels zero in shared memory the rows of the next sequence that would reach a product). */
 template <typename T, class KV, class DQ, bool VARLEN = false>
 static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s)
 {
     const fw_bwd_tc_params p = make_tc_params(a);
     constexpr int BN = kv_block_keys<KV>();
-    static_assert(!VARLEN || KV::KIND != kv_kernel::ws, "a ragged batch runs the cp.async kernels");
     const dim3 grid_kv = VARLEN ? dim3(ragged_blocks<BN, true>(p.seqs, p.H / p.group))
                                 : dim3((unsigned)((p.Lk + BN - 1) / BN), (unsigned)(p.H / p.group), (unsigned)p.B);
     if (atomic_dq) return launch_dkdv<T, KV, dq_mode::atomic, VARLEN>(p, grid_kv, s);
     cudaError_t e;
     int ws = 0;
     if constexpr (KV::KIND == kv_kernel::ws) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
-        if ((e = dkdv_ws_launch<T, KV>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
+        if ((e = dkdv_ws_launch<T, KV, VARLEN>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
     if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic, VARLEN>(p, grid_kv, s)) != cudaSuccess) return e;
     return launch_dq<T, DQ, VARLEN>(p, s);
 }

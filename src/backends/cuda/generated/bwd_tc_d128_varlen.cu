@@ -40,6 +40,12 @@ struct d128_dq_wg_bn64_s3 {
     static constexpr int D = 128, BN = 64, STAGES = 3;
 };
 
+struct d128_dq_ws_bn64_s3 {
+    static constexpr dq_kernel KIND = dq_kernel::ws;
+    static constexpr int D = 128, BN = 64, STAGES = 3;
+    using FALLBACK = d128_dq_wg_bn64_s3;
+};
+
 } /* namespace fwbwd */
 
 extern "C" cudaError_t fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
@@ -65,4 +71,12 @@ extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_f16_varlen(const fw_bw
 extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_wg_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_wg_bm64_s3_ovl, fwbwd::d128_dq_wg_bn64_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__half, fwbwd::d128_kv_wg_bm64_s3_ovl, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_wg_bm64_s3_ovl, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
 }

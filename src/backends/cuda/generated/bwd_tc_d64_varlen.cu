@@ -25,6 +25,13 @@ struct d64_kv_wg_bm64_s3_ovl {
     using ATOMIC_KV = d64_kv_wg_bm64_s2;
 };
 
+struct d64_kv_ws_bm64_s3 {
+    static constexpr kv_kernel KIND = kv_kernel::ws;
+    static constexpr int D = 64, BM = 64, STAGES = 3;
+    using FALLBACK = d64_kv_wg_bm64_s3_ovl;
+    using ATOMIC_KV = d64_kv_wg_bm64_s2;
+};
+
 struct d64_dq_mma_w4_mt2_bn32 {
     static constexpr dq_kernel KIND = dq_kernel::mma;
     static constexpr int D = 64, WARPS = 4, MT = 2, BN = 32;
@@ -33,6 +40,12 @@ struct d64_dq_mma_w4_mt2_bn32 {
 struct d64_dq_wg_bn128_s3 {
     static constexpr dq_kernel KIND = dq_kernel::wg;
     static constexpr int D = 64, BN = 128, STAGES = 3;
+};
+
+struct d64_dq_ws_bn128_s3 {
+    static constexpr dq_kernel KIND = dq_kernel::ws;
+    static constexpr int D = 64, BN = 128, STAGES = 3;
+    using FALLBACK = d64_dq_wg_bn128_s3;
 };
 
 } /* namespace fwbwd */
@@ -52,4 +65,12 @@ extern "C" cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_f16_varlen(const fw_bw
 extern "C" cudaError_t fw_bwd_d64_wg_bm64_ovl_dq_wg_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_wg_bm64_s3_ovl, fwbwd::d64_dq_wg_bn128_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__half, fwbwd::d64_kv_ws_bm64_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm64_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
 }
