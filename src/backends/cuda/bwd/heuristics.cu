@@ -14,9 +14,9 @@
  * producer's register split). At head_dim 64 and seqlen_k <= 1024 (det_short) the 128-row dK/dV steps with
  * cp.async were 5% faster than the producer warpgroup's in two runs, at 2048 even.
  * The fallbacks run where a default is a wgmma record and the device is not compute capability 9.0.
- * Ragged batches, deterministic mode on 9.0 (varlen_det): the overlapped cp.async records, whose loads zero-fill
- * past a sequence's rows (the producer warpgroup's TMA boxes would read the next sequence's); the atomic records
- * and the fallbacks are the dense ones (all have ragged kernels).
+ * Ragged batches, deterministic mode on 9.0 (varlen_det): the dense defaults' kernels in their ragged form (the TMA
+ * boxes start at each sequence's rows; the rows they bring of the next sequence are zeroed in shared memory); the
+ * atomic records and the fallbacks are the dense ones (all have ragged kernels).
  * f32 in tf32 and 3xtf32 (tf32, varlen_tf32; bench/sdpa_bwd.py --f32 on an H100): at head_dim 64 the 64-row steps
  * with a dQ pass of two m16 tiles a warp, 1.06-1.08x the other records at L = 1024; at 128 the 16-row steps, 1.23x
  * the 32-row ones. */
@@ -26,10 +26,10 @@ static const struct bwd_defaults {
     const char *tf32, *varlen_tf32; /* f32 in the tf32 and 3xtf32 forms (deterministic mode) */
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
-     "bm64-w4-qs32-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn128", "tf32-bm64-w4-dq-mt2-bn32",
+     "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "tf32-bm64-w4-dq-mt2-bn32",
      "tf32-bm64-w4-dq-mt2-bn32"},
     {128, "bm64-w8-2d-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", NULL, "bm64-w8-2d-dq-w4-mt2-bn32",
-     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-wg-bn64", "tf32-bm16-w4-dq-mt1-bn16", "tf32-bm16-w4-dq-mt1-bn16"},
+     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", "tf32-bm16-w4-dq-mt1-bn16", "tf32-bm16-w4-dq-mt1-bn16"},
 };
 #define BWD_DET_SHORT_LK 1024
 
