@@ -18,7 +18,8 @@ Commands run in the order given (minutes on one H100 in brackets):
   test      ctest -L gpu: every GPU correctness program against the float64 reference [3]
   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_attention --quick (forward grid and
             its persistent form forced, backward, f32 with its forced paths) and gpu_serving --quick;
-            memcheck on test_faults --device cuda --quick and test_varlen_backward --device cuda --quick [7-10]
+            memcheck on test_faults --device cuda --quick and test_varlen_backward --device cuda --quick,
+            racecheck and synccheck on one ragged backward a head dim (flashwatt check) [7-10]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
@@ -26,7 +27,7 @@ Commands run in the order given (minutes on one H100 in brackets):
   bwd       forward+backward on the grid (bf16, causal) beside SDPA flash and cudnn
             (bench/sdpa_bwd.py); the backward alone for every kernel variant (test_attention perf
             --section fwdbwd); each kernel's device time in one step (bench/profile_step.py); the
-            ragged backward of 16 sequences over 128..4096 tokens (H=16 D=128 bf16, causal and not,
+            ragged backward of 16 sequences over 128..4096 tokens (H=16 D=128 and H=32 D=64 bf16, causal and not,
             each dQ mode) against the dense backward at their mean length (bench/varlen_bwd.c) [6]
   f32       the seed suite (B=16 H=8 D=64 f32, L 128..2048, and seed003): cuda-flash-f32 exact,
             tf32 and 3xtf32, cuda-naive, cuda-tiled beside SDPA efficient and math on the same
@@ -229,7 +230,7 @@ san() {
 cmd_sanitize() {
     need_build
     step "compute-sanitizer memcheck, racecheck, synccheck"
-    local tool cfg var
+    local tool cfg d
     for tool in memcheck racecheck synccheck; do
         san $tool attention "" test_attention "--device cuda --quick --section grid,persistent"
         san $tool backward "" test_attention "backward --device cuda --quick"
@@ -239,6 +240,11 @@ cmd_sanitize() {
             san $tool faults "" test_faults "--device cuda --quick"
             # the ragged backward's kernels find their sequence in the offsets, out-of-range ones too
             san $tool varlen_backward "" test_varlen_backward "--device cuda --quick"
+        else # the ragged backward's kernels zero the next sequence's rows in shared memory (one call a head dim)
+            for d in 64 128; do
+                san $tool "varlen_backward:d$d" "" flashwatt "check --backward --backend cuda-flash --dtype bf16 \
+--heads 4 --kv-heads 2 --head-dim $d --causal 1 --seqlens-q 5,130,64,1,0,77 --seqlens-k 5,200,64,1,9,77"
+            done
         fi
     done
     [ $VARIANTS = 1 ] || return 0
@@ -320,12 +326,15 @@ cmd_bwd() {
     record "bwd: kernels of a step" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
 
     step "ragged backward vs the dense backward at the mean length (bench/varlen_bwd.c; issue 27: >= 0.9x)"
-    t0=$SECONDS
-    logged 300 varlen_bwd.log "$BUILD/varlen_bwd" --seqs 16 --min-len 128 --max-len 4096 --heads 16 --head-dim 128 \
-        --dtype bf16 --target 0.9
-    rc=$?
-    cat "$LOGS/varlen_bwd.log"
-    record "bwd: ragged vs dense" "$(verdict $rc)" $((SECONDS - t0)) "$(grep -o 'worst ratio.*' "$LOGS/varlen_bwd.log")"
+    for dh in 128/16 64/32; do
+        t0=$SECONDS
+        logged 300 varlen_bwd_d${dh%/*}.log "$BUILD/varlen_bwd" --seqs 16 --min-len 128 --max-len 4096 \
+            --heads ${dh#*/} --head-dim ${dh%/*} --dtype bf16 --target 0.9
+        rc=$?
+        cat "$LOGS/varlen_bwd_d${dh%/*}.log"
+        record "bwd: ragged vs dense D=${dh%/*}" "$(verdict $rc)" $((SECONDS - t0)) \
+            "$(grep -o 'worst ratio.*' "$LOGS/varlen_bwd_d${dh%/*}.log")"
+    done
 }
 
 cmd_f32() {
@@ -478,7 +487,7 @@ cmd_pytest() {
     need_build
     local t0=$SECONDS rc
     step "pytest python/tests (NumPy and torch paths, CUDA included)"
-    FLASHWATT_LIBRARY="$(lib)" logged 400 pytest.log python3 -m pytest -q python/tests
+    FLASHWATT_LIBRARY="$(lib)" logged 400 pytest.log python3 -m pytest -q -rs python/tests
     rc=$?
     tail -5 "$LOGS/pytest.log"
     record pytest "$(verdict $rc)" $((SECONDS - t0)) "$(last_line "$LOGS/pytest.log")"
