@@ -20,6 +20,7 @@
 #include "backends/cuda/bwd/params.h"
 #include "backends/cuda/common/cuda_common.h"
 #include "backends/cuda/parts/scheduler.cuh"
+#include "backends/cuda/parts/tensor_maps.cuh"
 
 namespace fwbwd {
 
@@ -158,6 +159,20 @@ __device__ __forceinline__ bool ragged_block(const P &a, bool longest_first, P &
     seq_problem<T>(s, sp);
     if (rows) *rows = s;
     return true;
+}
+
+/* Host: the TMA maps of the producer-warpgroup kernels' operands (their map structs M: q, dout, k, v and swap_*),
+ * boxes of q_rows rows of q and dout and kv_rows of k and v; VARLEN: over the packed tensors (one batch entry of
+ * total rows, p.seqs), the boxes then placed at each sequence's rows. 0 where the driver refuses one. */
+template <typename T, bool VARLEN, class M>
+static int make_operand_maps(M &m, const fw_bwd_tc_params &p, int q_rows, int kv_rows)
+{
+    const int Lq = VARLEN ? (int)p.seqs.total_q : p.Lq, Lk = VARLEN ? (int)p.seqs.total_k : p.Lk; /* < 2^31 */
+    const int B = VARLEN ? 1 : p.B, Hk = p.H / p.group;
+    return fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, Lq, p.H, B, p.q_s[2], p.q_s[1], p.q_s[0], q_rows) &&
+           fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, Lq, p.H, B, p.do_s[2], p.do_s[1], p.do_s[0], q_rows) &&
+           fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, Lk, Hk, B, p.k_s[2], p.k_s[1], p.k_s[0], kv_rows) &&
+           fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, Lk, Hk, B, p.v_s[2], p.v_s[1], p.v_s[0], kv_rows);
 }
 
 /* Blocks of a ragged batch's grid: BLOCK rows (KEYS: keys) a block, heads (KEYS: kv heads) of its own. */

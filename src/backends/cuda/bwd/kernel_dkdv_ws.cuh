@@ -163,15 +163,9 @@ static cudaError_t dkdv_ws_launch(const fw_bwd_tc_params &p, const dim3 &grid, c
 {
     using G = dkdv_ws_geom<C>;
     constexpr int BM = G::BM;
-    const int Hk = p.H / p.group;
-    const int Lq = VARLEN ? (int)p.seqs.total_q : p.Lq, Lk = VARLEN ? (int)p.seqs.total_k : p.Lk; /* < 2^31 */
-    const int B = VARLEN ? 1 : p.B;
     dkdv_tma_maps m;
     memset(&m, 0, sizeof m);
-    *ok = fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, Lq, p.H, B, p.q_s[2], p.q_s[1], p.q_s[0], BM) &&
-          fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, Lq, p.H, B, p.do_s[2], p.do_s[1], p.do_s[0], BM) &&
-          fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, Lk, Hk, B, p.k_s[2], p.k_s[1], p.k_s[0], G::BN) &&
-          fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, Lk, Hk, B, p.v_s[2], p.v_s[1], p.v_s[0], G::BN) &&
+    *ok = make_operand_maps<T, VARLEN>(m, p, BM, G::BN) &&
           (VARLEN || (fwparts::tma_make_rows_f32(&m.lse2, p.lse2, p.Lq, (long long)p.B * p.H, BM) &&
                       fwparts::tma_make_rows_f32(&m.delta, p.delta, p.Lq, (long long)p.B * p.H, BM)));
     if (!*ok) return cudaSuccess;

@@ -19,7 +19,7 @@
 
 namespace fwbwd {
 
-/* Tensor maps of the dQ pass's operands (fwparts::tma_make: box 64 columns x BM or BN rows). */
+/* Tensor maps of the dQ pass's operands (make_operand_maps: box 64 columns x BM or BN rows). */
 struct dq_tma_maps {
     CUtensorMap q, dout, k, v;
     int swap_q, swap_do, swap_k, swap_v;
@@ -143,18 +143,11 @@ __global__ void __launch_bounds__(384, 1) dq_ws_kernel(const fw_bwd_tc_params ar
 template <typename T, class C, bool VARLEN = false> static cudaError_t dq_ws_launch(const fw_bwd_tc_params &p, cudaStream_t s)
 {
     using G = dq_wg_geom<C>;
-    constexpr int BN = G::BN;
-    const int Hk = p.H / p.group;
-    const int Lq = VARLEN ? (int)p.seqs.total_q : p.Lq, Lk = VARLEN ? (int)p.seqs.total_k : p.Lk; /* < 2^31 */
-    const int B = VARLEN ? 1 : p.B;
     dq_tma_maps m;
     memset(&m, 0, sizeof m);
     const dim3 grid = VARLEN ? dim3(ragged_blocks<G::BM, false>(p.seqs, p.H))
                              : dim3((unsigned)((p.Lq + G::BM - 1) / G::BM), (unsigned)p.H, (unsigned)p.B);
-    if (!fwparts::tma_make<T>(&m.q, &m.swap_q, p.q, p.d, Lq, p.H, B, p.q_s[2], p.q_s[1], p.q_s[0], G::BM) ||
-        !fwparts::tma_make<T>(&m.dout, &m.swap_do, p.dout, p.d, Lq, p.H, B, p.do_s[2], p.do_s[1], p.do_s[0], G::BM) ||
-        !fwparts::tma_make<T>(&m.k, &m.swap_k, p.k, p.d, Lk, Hk, B, p.k_s[2], p.k_s[1], p.k_s[0], BN) ||
-        !fwparts::tma_make<T>(&m.v, &m.swap_v, p.v, p.d, Lk, Hk, B, p.v_s[2], p.v_s[1], p.v_s[0], BN)) {
+    if (!make_operand_maps<T, VARLEN>(m, p, G::BM, G::BN)) {
         using F = typename C::FALLBACK;
         cudaError_t e = fw_cuda_smem_limit<dq_wg_kernel<T, F, VARLEN>>(dq_wg_geom<F>::SMEM);
         if (e != cudaSuccess) return e;
