@@ -155,28 +155,35 @@ static __global__ void stage_in_kernel(uint4 *staged, const uint16_t *src, stage
     }
 }
 
-/* Out: each thread loads one 16-byte chunk of the staged result and writes its elements below the head dim into
- * the caller's tensor (nothing past a row's head dim: the caller's padding stays as it was). */
-static __global__ void stage_out_kernel(uint16_t *dst, const uint4 *staged, stage_geom g)
+/* Out: the staged result's rows back into the caller's tensor, elements below the head dim only (the caller's
+ * padding stays as it was). A warp copies whole rows, its lanes on consecutive elements, so that each store
+ * instruction writes one contiguous run of the caller's row (a thread a 16-byte chunk wrote 2-byte elements 16
+ * bytes apart, the largest cost of a staged call: docs/PERF.md, Staged head dims). A block takes (b, s) pairs
+ * from blockIdx.x by the grid's stride, its warps the heads; a pair steps by (step_b, step_s), without dividing. */
+static __global__ void stage_out_kernel(uint16_t *dst, const uint16_t *staged, stage_geom g, long long nbs,
+                                        long long step_b, long long step_s)
 {
-    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < g.chunks;
-         c += (long long)gridDim.x * blockDim.x) {
-        const long long row = c / g.cpr;
-        const int col = (int)(c - row * g.cpr) * 8;
-        uint16_t *out = dst + stage_row_offset(g, row) + col;
-        union {
-            uint4 v;
-            uint16_t e[8];
-        } u;
-        u.v = staged[c];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (col + j < g.d) out[j] = u.e[j];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+    const int dp = g.cpr * 8;
+    long long b = blockIdx.x / g.ns, s = blockIdx.x - b * g.ns;
+    for (long long bs = blockIdx.x; bs < nbs; bs += gridDim.x) {
+        for (long long h = warp; h < g.nh; h += nwarps) {
+            uint16_t *out = dst + b * g.sb + h * g.sh + s * g.ss;
+            const uint16_t *in = staged + (bs * g.nh + h) * dp;
+            for (int j = lane; j < g.d; j += 32) out[j] = in[j];
+        }
+        b += step_b;
+        s += step_s;
+        if (s >= g.ns) {
+            s -= g.ns;
+            b++;
+        }
     }
 }
 
 #define STAGE_THREADS 256
 #define STAGE_MAX_BLOCKS (1u << 20)
+#define STAGE_OUT_BLOCKS 8192u /* (b, s) pairs in flight; each block then loops */
 
 /* Copies tensor t into its staged copy (or, for an output, back), ordered on the stream. */
 static fw_status stage_copy(const stage_slot *t, void *staged, int64_t d, int64_t dp, const fw_exec *ex)
@@ -191,13 +198,19 @@ static fw_status stage_copy(const stage_slot *t, void *staged, int64_t d, int64_
     g.cpr = (int)(dp / 8);
     g.chunks = (long long)(t->nb * t->nh * t->ns) * g.cpr;
     if (g.chunks == 0) return FW_OK;
-    const long long want = (g.chunks + STAGE_THREADS - 1) / STAGE_THREADS;
-    const unsigned blocks = want > (long long)STAGE_MAX_BLOCKS ? STAGE_MAX_BLOCKS : (unsigned)want;
     const cudaStream_t s = (cudaStream_t)ex->stream;
-    if (t->out)
-        stage_out_kernel<<<blocks, STAGE_THREADS, 0, s>>>((uint16_t *)const_cast<void *>(t->ptr), (const uint4 *)staged, g);
-    else
+    if (t->out) {
+        const long long nbs = (long long)t->nb * t->ns;
+        const unsigned blocks = nbs > STAGE_OUT_BLOCKS ? STAGE_OUT_BLOCKS : (unsigned)nbs;
+        const unsigned threads = 32u * (unsigned)(t->nh < 8 ? t->nh : 8);
+        const long long step_b = blocks / t->ns, step_s = blocks - step_b * t->ns;
+        stage_out_kernel<<<blocks, threads, 0, s>>>((uint16_t *)const_cast<void *>(t->ptr), (const uint16_t *)staged, g,
+                                                    nbs, step_b, step_s);
+    } else {
+        const long long want = (g.chunks + STAGE_THREADS - 1) / STAGE_THREADS;
+        const unsigned blocks = want > (long long)STAGE_MAX_BLOCKS ? STAGE_MAX_BLOCKS : (unsigned)want;
         stage_in_kernel<<<blocks, STAGE_THREADS, 0, s>>>((uint4 *)staged, (const uint16_t *)t->ptr, g);
+    }
     FW_CUDA_CHECK_LAUNCH();
     return FW_OK;
 }
