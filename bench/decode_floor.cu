@@ -4,13 +4,18 @@
  * table (docs/PERF.md). Three ways to load a tile: 16-byte cp.async by every lane (the decode kernel's), one 1-D bulk
  * copy a row completing on the warp's mbarrier, and one 3-D TMA box a tile from a producer warp; 1 to 3 blocks an SM.
  * Beside a device-to-device copy (read + written bytes): the decode kernel cannot beat this stream, and its gap to
- * it is the cost of everything else (products, merges, block ends). sm_90 (bulk copies, TMA); built with the CUDA
- * backends as `decode_floor` and run by `bench/device.sh floors`. */
+ * it is the cost of everything else (products, merges, block ends). With --energy, the stream's joules a token on
+ * the GPU's energy counter, from every SM and from a quarter to three quarters of them (a persistent TMA stream):
+ * the energy a decode cannot go under at this rate, against cuDNN's from bench/serving_sdpa.py --energy. sm_90
+ * (bulk copies, TMA); built with the CUDA backends as `decode_floor` and run by `bench/device.sh floors`. */
 #include <stdint.h>
+#include <string.h>
+#include <time.h>
 #include "backends/cuda/parts/copy.cuh"
 #include "backends/cuda/parts/pipeline.cuh"
 #include "backends/cuda/parts/tensor_maps.cuh"
 #include "cuda_bench.h"
+#include "flashwatt.h"
 
 using namespace fwparts;
 enum { D = 128, BN = 64, ROWB = D * 2, TILE_BYTES = 2 * BN * ROWB /* K and V of a tile */ };
@@ -20,12 +25,12 @@ struct stream_params {
     unsigned *sink;
 };
 
-/* This block's (sequence, KV head) and its key range: tiles n0 / BN .. + nt. */
-__device__ __forceinline__ void block_range(const stream_params &p, int &b, int &hk, int &n0, int &nt)
+/* Work item i's (sequence, KV head) and its key range: tiles n0 / BN .. + nt (a block an item but in stream_items). */
+__device__ __forceinline__ void item_range(const stream_params &p, int i, int &b, int &hk, int &n0, int &nt)
 {
-    const int s = blockIdx.x % p.splits;
-    hk = (blockIdx.x / p.splits) % p.Hkv;
-    b = blockIdx.x / (p.splits * p.Hkv);
+    const int s = i % p.splits;
+    hk = (i / p.splits) % p.Hkv;
+    b = i / (p.splits * p.Hkv);
     nt = p.L / p.splits / BN;
     n0 = s * nt * BN;
 }
@@ -49,7 +54,7 @@ template <int ST> __global__ void __launch_bounds__(128) stream_cp_async(const s
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(smem);
     int b, hk, n0, nt;
-    block_range(p, b, hk, n0, nt);
+    item_range(p, (int)blockIdx.x, b, hk, n0, nt);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, lcol = tid % 16, t0 = (tid / 16) * 8;
     auto issue = [&](int m) {
         const uint32_t sk = s0 + (uint32_t)((m % ST) * TILE_BYTES);
@@ -85,7 +90,7 @@ template <int ST> __global__ void __launch_bounds__(128) stream_bulk(const strea
     __shared__ __align__(8) uint64_t bars[4][ST];
     const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(smem);
     int b, hk, n0, nt;
-    block_range(p, b, hk, n0, nt);
+    item_range(p, (int)blockIdx.x, b, hk, n0, nt);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(&bars[warp][0]);
     if (lane < ST) mbar_init(bar0 + lane * 8, 1);
@@ -124,7 +129,7 @@ __global__ void __launch_bounds__(160) stream_tma(const stream_params p, const _
     __shared__ __align__(8) uint64_t full[ST], empty[ST];
     const uint32_t s0 = ((uint32_t)__cvta_generic_to_shared(smem) + 127) & ~127u;
     int b, hk, n0, nt;
-    block_range(p, b, hk, n0, nt);
+    item_range(p, (int)blockIdx.x, b, hk, n0, nt);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint32_t f0 = (uint32_t)__cvta_generic_to_shared(&full[0]), e0 = (uint32_t)__cvta_generic_to_shared(&empty[0]);
     if (tid < ST) {
@@ -158,6 +163,61 @@ __global__ void __launch_bounds__(160) stream_tma(const stream_params p, const _
     if (x == 0x12345678u) p.sink[0] = x;
 #else
     (void)p;
+    (void)mk;
+    (void)mv;
+#endif
+}
+
+/* stream_tma's loads from a grid of fewer blocks than items (one block an SM on `gridDim.x` SMs, the others idle):
+ * a block takes items blockIdx.x, + gridDim.x, ..., its producer running on through the ring across items, so that
+ * the bytes in flight an SM grow with ST. Whether a stream on fewer SMs keeps HBM busy at less power. */
+template <int ST>
+__global__ void __launch_bounds__(160) stream_items(const stream_params p, int items, const __grid_constant__ CUtensorMap mk,
+                                                    const __grid_constant__ CUtensorMap mv)
+{
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) uint64_t full[ST], empty[ST];
+    const uint32_t s0 = ((uint32_t)__cvta_generic_to_shared(smem) + 127) & ~127u;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const uint32_t f0 = (uint32_t)__cvta_generic_to_shared(&full[0]), e0 = (uint32_t)__cvta_generic_to_shared(&empty[0]);
+    if (tid < ST) {
+        mbar_init(f0 + tid * 8, 1);
+        mbar_init(e0 + tid * 8, 4);
+    }
+    mbar_init_fence();
+    __syncthreads();
+    int m = 0; /* tiles through the ring so far */
+    unsigned x = 0;
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
+        int b, hk, n0, nt;
+        item_range(p, i, b, hk, n0, nt);
+        for (int t = 0; t < nt; t++, m++) {
+            const uint32_t f = f0 + (m % ST) * 8;
+            if (warp == 4) {
+                if (lane == 0) {
+                    if (m >= ST) mbar_wait(e0 + (m % ST) * 8, (m / ST - 1) & 1);
+                    const uint32_t dst = s0 + (uint32_t)((m % ST) * TILE_BYTES);
+                    const int row = b * p.L + n0 + t * BN;
+                    mbar_expect_tx(f, TILE_BYTES);
+                    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+                                 ::"r"(dst), "l"((uint64_t)&mk), "r"(f), "r"(0), "r"(hk), "r"(row) : "memory");
+                    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+                                 ::"r"(dst + BN * ROWB), "l"((uint64_t)&mv), "r"(f), "r"(0), "r"(hk), "r"(row) : "memory");
+                }
+            } else {
+                mbar_wait(f, (m / ST) & 1);
+                const uint32_t sk = s0 + (uint32_t)((m % ST) * TILE_BYTES + warp * 16 * ROWB);
+                x ^= consume(sk, sk + BN * ROWB, lane);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(e0 + (m % ST) * 8);
+            }
+        }
+    }
+    if (x == 0x12345678u) p.sink[0] = x;
+#else
+    (void)p;
+    (void)items;
     (void)mk;
     (void)mv;
 #endif
@@ -231,8 +291,45 @@ static void run_config(const stream_params &p, int blocks, const CUtensorMap &mk
         if (best[i] == 0.f || t[i] < best[i]) best[i] = t[i];
 }
 
-int main(void)
+static double now_s(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Joules and µs a call over a window of back-to-back launches of at least `seconds` on the GPU's energy counter (as
+ * bench/serving_sdpa.py --energy measures cuDNN's decode), after half a second at load; false where it is n/a. */
+template <typename F> static bool energy_per_call(fw_telemetry *tel, F launch, double seconds, double *j_call,
+                                                  double *watts, double *us_call)
+{
+    for (double t0 = now_s(); now_s() - t0 < 0.5;) {
+        for (int i = 0; i < 20; i++) launch();
+        CK(cudaDeviceSynchronize());
+    }
+    fw_energy_window w;
+    if (fw_energy_begin(tel, 0, &w) != FW_OK) return false;
+    long n = 0;
+    const double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        for (int i = 0; i < 100; i++) launch();
+        n += 100;
+        CK(cudaDeviceSynchronize());
+    }
+    const double t1 = now_s();
+    CK(cudaGetLastError());
+    if (fw_energy_end(&w) != FW_OK || !w.valid) return false;
+    *j_call = w.joules / (double)n;
+    *watts = w.avg_w;
+    *us_call = (t1 - t0) * 1e6 / (double)n;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    /* --energy: also the stream's J/token and watts at each shape (the decode kernel's loads at 1 and 2 blocks an
+     * SM) and the copy's watts: the energy a decode cannot go under while it reads the cache at this rate. */
+    const bool energy = argc > 1 && strcmp(argv[1], "--energy") == 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -252,6 +349,11 @@ int main(void)
     const float copy_us = median_us([&] { CK(cudaMemcpyAsync(v, k, bytes / 2, cudaMemcpyDeviceToDevice)); });
     const double copy_gbs = 2.0 * (double)(bytes / 2) / copy_us / 1e3;
     printf("device-to-device copy: %.0f GB/s (read + written)\n", copy_gbs);
+    fw_telemetry *tel = nullptr;
+    if (energy && fw_telemetry_open(&tel) != FW_OK) tel = nullptr;
+    enum { NCOL = 6 }; /* cp.async 1 and 2 blocks an SM; the TMA stream on 4/4, 3/4, 2/4, 1/4 of the SMs */
+    struct energy_row { char name[32]; int B; double j[NCOL], w[NCOL], us[NCOL]; bool ok[NCOL]; } erows[5];
+    int nerows = 0;
     printf("%-22s %10s %18s %18s %18s\n", "K/V of the decode shape", "copy-bound", "cp.async", "bulk a row", "TMA a tile");
     /* B, KV heads, keys, key ranges (the decode heuristic's split on 132 SMs) */
     const struct { int B, Hkv, L, splits; } shapes[] = {{8, 8, 8192, 2}, {64, 8, 2048, 1}, {1, 8, 131072, 16}, {16, 32, 4096, 1},
@@ -270,8 +372,50 @@ int main(void)
         printf("%-22s %8.1f us", name, kv / copy_gbs / 1e3);
         for (int i = 0; i < 3; i++) printf("  %7.1f us %4.0f%%", best[i], 100.0 * kv / best[i] / 1e3 / copy_gbs);
         printf("\n");
+        if (tel) {
+            energy_row &e = erows[nerows++];
+            snprintf(e.name, sizeof e.name, "%s", name);
+            e.B = s.B;
+            for (int c = 0; c < 2; c++) { /* one, then two blocks an SM (3 stages) */
+                const size_t sm = c == 0 ? (size_t)prop.sharedMemPerBlockOptin - 2048 : (size_t)3 * TILE_BYTES;
+                CK(cudaFuncSetAttribute(stream_cp_async<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+                e.ok[c] = energy_per_call(tel, [&] { stream_cp_async<3><<<blocks, 128, sm>>>(p); }, 1.5, &e.j[c], &e.w[c],
+                                          &e.us[c]);
+            }
+            /* the TMA stream, 6 stages (192 KB in flight an SM), on all, 3/4, 1/2 and 1/4 of the SMs */
+            const size_t sm6 = (size_t)6 * TILE_BYTES + 128;
+            CK(cudaFuncSetAttribute(stream_items<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm6));
+            for (int c = 2; c < NCOL; c++) {
+                const int sms = prop.multiProcessorCount * (6 - c) / 4, grid = sms < blocks ? sms : blocks;
+                e.ok[c] = energy_per_call(tel, [&] { stream_items<6><<<grid, 160, sm6>>>(p, blocks, mk, mv); }, 1.5, &e.j[c],
+                                          &e.w[c], &e.us[c]);
+            }
+        }
     }
     printf("(best of 1, 2 and 3 blocks an SM; %% of the copy bandwidth: a stream that only reads can pass 100%%)\n");
+    if (energy && !tel) printf("energy: n/a (no telemetry)\n");
+    if (tel) {
+        double cj, cw, cus;
+        printf("\nenergy (>= 1.5-s windows of back-to-back launches, GPU energy counter; tokens a call = B):\n");
+        if (energy_per_call(tel, [&] { CK(cudaMemcpyAsync(v, k, bytes / 2, cudaMemcpyDeviceToDevice)); }, 1.5, &cj, &cw, &cus))
+            printf("  device-to-device copy: %.0f W, %.1f us a 512-MiB copy (%.0f GB/s)\n", cw, cus,
+                   2.0 * (double)(bytes / 2) / cus / 1e3);
+        else
+            printf("  device-to-device copy: n/a (%s)\n", fw_telemetry_describe(tel));
+        printf("  K/V stream: us a call, average W, mJ a token; cp.async as the decode kernel (1 and 2 blocks an SM),\n"
+               "  TMA with 6 stages from one block on each of all, 3/4, 1/2, 1/4 of the SMs (the others idle)\n");
+        static const char *col[NCOL] = {"cp.async 1/SM", "cp.async 2/SM", "TMA all SMs", "TMA 3/4", "TMA 1/2", "TMA 1/4"};
+        for (int i = 0; i < nerows; i++) {
+            const energy_row &e = erows[i];
+            printf("  %s\n", e.name);
+            for (int c = 0; c < NCOL; c++)
+                if (e.ok[c])
+                    printf("    %-14s %7.1f us %4.0f W %8.3f mJ/token\n", col[c], e.us[c], e.w[c], 1e3 * e.j[c] / e.B);
+                else
+                    printf("    %-14s n/a\n", col[c]);
+        }
+        fw_telemetry_close(tel);
+    }
     CK(cudaFree(k));
     CK(cudaFree(v));
     CK(cudaFree(sink));

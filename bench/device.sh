@@ -48,7 +48,8 @@ Commands run in the order given (minutes on one H100 in brackets):
   pytest    python/tests with the GPU, and python/examples/gpt_block.py [2]
   floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes),
             launch_overhead (what a call costs the host before its kernel runs) and decode_floor (the
-            decode table's K/V stream alone, by cp.async, bulk copies and TMA) [1]
+            decode table's K/V stream alone, by cp.async, bulk copies and TMA, and its J/token on all
+            or part of the SMs: the energy floor of decode) [2]
   overhead  the host cost of a call from Python beside SDPA (torch CUDA, bf16 (1, 8, 1, 64)): eager forward,
             forward with grad, fwd+bwd step, the three under torch.compile, the forward and the step
             replayed from a torch.cuda.graph, the custom op and the bare C calls
@@ -509,7 +510,11 @@ cmd_floors() {
             record "$prog" FAIL 0 "not built (CUDA backends off?)"
             continue
         fi
-        logged 200 "$prog.log" "$BUILD/$prog"
+        if [ "$prog" = decode_floor ]; then
+            logged 200 "$prog.log" "$BUILD/$prog" --energy
+        else
+            logged 200 "$prog.log" "$BUILD/$prog"
+        fi
         rc=$?
         cat "$LOGS/$prog.log"
         record "$prog" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
