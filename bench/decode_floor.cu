@@ -328,8 +328,20 @@ template <typename F> static bool energy_per_call(fw_telemetry *tel, F launch, d
 int main(int argc, char **argv)
 {
     /* --energy: also the stream's J/token and watts at each shape (the decode kernel's loads at 1 and 2 blocks an
-     * SM) and the copy's watts: the energy a decode cannot go under while it reads the cache at this rate. */
-    const bool energy = argc > 1 && strcmp(argv[1], "--energy") == 0;
+     * SM) and the copy's watts: the energy a decode cannot go under while it reads the cache at this rate.
+     * --shape N: the Nth shape of the table alone (0-based; for a profiler). */
+    bool energy = false;
+    int only = -1;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--energy") == 0) {
+            energy = true;
+        } else if (strcmp(argv[a], "--shape") == 0 && a + 1 < argc) {
+            only = atoi(argv[++a]);
+        } else {
+            fprintf(stderr, "usage: decode_floor [--energy] [--shape N]\n");
+            return 2;
+        }
+    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -358,7 +370,9 @@ int main(int argc, char **argv)
     /* B, KV heads, keys, key ranges (the decode heuristic's split on 132 SMs) */
     const struct { int B, Hkv, L, splits; } shapes[] = {{8, 8, 8192, 2}, {64, 8, 2048, 1}, {1, 8, 131072, 16}, {16, 32, 4096, 1},
                                                         {128, 8, 1024, 1}};
-    for (const auto &s : shapes) {
+    for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
+        if (only >= 0 && si != only) continue;
+        const auto &s = shapes[si];
         const stream_params p = {k, v, s.L, s.Hkv, s.splits, sink};
         const double kv = 2.0 * s.B * s.L * s.Hkv * ROWB;
         const CUtensorMap mk = make_map(k, s.B, s.L, s.Hkv), mv = make_map(v, s.B, s.L, s.Hkv);
