@@ -30,7 +30,8 @@ with its workspace reserved through fw_attention_workspace_size). Outputs are ch
         --configs      also the KV-cache call under every cuda-flash serving configuration
         --page-sizes   the paged rows' page sizes (those that divide a shape's keys), default 16,1
         --energy       J/token and tokens per joule beside SDPA cudnn's (GPU energy counter; with --configs
-                       every configuration too, the low-occupancy ones among them)
+                       every configuration too, the low-occupancy ones among them), and the SM clock and
+                       throttle reasons read under load in each window
 """
 from __future__ import annotations
 
@@ -228,27 +229,35 @@ def time_all(todo, reps, warmup, graph, window_us=20000.0):
 
 
 def energy_per_call(fn, seconds):
-    """(joules a call, average watts, µs a call) over a window of back-to-back calls of at least `seconds` on the GPU's
-    energy counter (flashwatt's telemetry, NVML), after a short warm-up at load; (None, None) where the
-    counter is n/a. The host synchronises every hundred calls so that the queue stays bounded."""
+    """(joules a call, average watts, µs a call, median SM clock in MHz, throttle reasons seen) over a window of
+    back-to-back calls of at least `seconds` on the GPU's energy counter (flashwatt's telemetry, NVML), after a short
+    warm-up at load; joules and watts None where the counter is n/a. The host synchronises every hundred calls so
+    that the queue stays bounded; the clock and the throttle reasons are read just before each synchronisation,
+    while the GPU still runs queued calls (a memory-bound kernel near the power limit may run at a lower clock)."""
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import flashwatt  # noqa: E402  (the package, for its energy windows)
     t_end = time.time() + 0.5
     while time.time() < t_end:
         fn()
     torch.cuda.synchronize()
-    n = 0
+    n, clocks, reasons = 0, [], set()
     with flashwatt.energy() as e:
         t0 = time.time()
         while time.time() - t0 < seconds:
             for _ in range(100):
                 fn()
             n += 100
+            g = flashwatt.telemetry().gpus
+            if g and g[0].sm_clock_mhz is not None:
+                clocks.append(g[0].sm_clock_mhz)
+            if g and g[0].throttle_reasons:
+                reasons.update(r for r in g[0].throttle_reasons if r != "none")
             torch.cuda.synchronize()
         t1 = time.time()
+    mhz = statistics.median(clocks) if clocks else None
     if e.joules is None:
-        return None, None, (t1 - t0) * 1e6 / n
-    return e.joules / n, e.avg_w, (t1 - t0) * 1e6 / n
+        return None, None, (t1 - t0) * 1e6 / n, mhz, sorted(reasons)
+    return e.joules / n, e.avg_w, (t1 - t0) * 1e6 / n, mhz, sorted(reasons)
 
 
 def copy_bandwidth(reps, warmup):
@@ -370,16 +379,17 @@ def decode_rows(args, copy_gbs, configs):
             print(f"  energy: >= {args.energy_s:g} s windows of back-to-back calls, GPU energy counter; tokens a call = B = {B}")
             ref_us = None
             for name in [n for n in fns if n in ("sdpa cudnn", "sdpa flash") or n.startswith("fw cache")]:
-                jpc, watts, us_call = energy_per_call(fns[name], args.energy_s)
+                jpc, watts, us_call, mhz, reasons = energy_per_call(fns[name], args.energy_s)
+                clock = (f" SM {mhz:.0f} MHz" if mhz is not None else "") + (f" ({','.join(reasons)})" if reasons else "")
                 if jpc is None:
-                    print(f"  {name:<34} J/token n/a (no GPU energy counter); {us_call:.1f} us a call")
+                    print(f"  {name:<34} J/token n/a (no GPU energy counter); {us_call:.1f} us a call{clock}")
                     continue
                 tpj = B / jpc
                 if name == "sdpa cudnn":
                     ref_tpj, ref_us = tpj, us_call
-                print(f"  {name:<34} {jpc / B * 1e3:9.3f} mJ/token {watts:6.0f} W avg {tpj:9.0f} tokens/J {us_call:8.1f} us a call")
+                print(f"  {name:<34} {jpc / B * 1e3:9.3f} mJ/token {watts:6.0f} W avg {tpj:9.0f} tokens/J {us_call:8.1f} us a call{clock}")
                 rows.append({"shape": shape, "method": name, "j_per_token": jpc / B, "avg_w": watts, "tokens_per_j": tpj,
-                             "energy_us": us_call})
+                             "energy_us": us_call, "sm_clock_mhz": mhz, "throttle_reasons": reasons})
             if ref_tpj:
                 for r in rows:
                     if r["shape"] == shape and "tokens_per_j" in r:
