@@ -299,10 +299,14 @@ static double now_s(void)
 }
 
 /* Joules and µs a call over a window of back-to-back launches of at least `seconds` on the GPU's energy counter (as
- * bench/serving_sdpa.py --energy measures cuDNN's decode), after half a second at load; false where it is n/a. */
+ * bench/serving_sdpa.py --energy measures cuDNN's decode), after half a second at load; false where it is n/a. *mhz:
+ * the median SM clock read before each synchronisation, while launches are still queued (0 where n/a). */
 template <typename F> static bool energy_per_call(fw_telemetry *tel, F launch, double seconds, double *j_call,
-                                                  double *watts, double *us_call)
+                                                  double *watts, double *us_call, float *mhz)
 {
+    float clocks[512];
+    int nclk = 0;
+    *mhz = 0.f;
     for (double t0 = now_s(); now_s() - t0 < 0.5;) {
         for (int i = 0; i < 20; i++) launch();
         CK(cudaDeviceSynchronize());
@@ -314,10 +318,17 @@ template <typename F> static bool energy_per_call(fw_telemetry *tel, F launch, d
     while (now_s() - t0 < seconds) {
         for (int i = 0; i < 100; i++) launch();
         n += 100;
+        fw_gpu_reading r;
+        if (nclk < 512 && fw_telemetry_read(tel, 0, &r) == FW_OK && (r.valid & FW_TEL_SM_CLOCK))
+            clocks[nclk++] = (float)r.sm_clock_mhz;
         CK(cudaDeviceSynchronize());
     }
     const double t1 = now_s();
     CK(cudaGetLastError());
+    if (nclk) {
+        qsort(clocks, (size_t)nclk, sizeof clocks[0], cmpf);
+        *mhz = clocks[nclk / 2];
+    }
     if (fw_energy_end(&w) != FW_OK || !w.valid) return false;
     *j_call = w.joules / (double)n;
     *watts = w.avg_w;
@@ -364,7 +375,7 @@ int main(int argc, char **argv)
     fw_telemetry *tel = nullptr;
     if (energy && fw_telemetry_open(&tel) != FW_OK) tel = nullptr;
     enum { NCOL = 6 }; /* cp.async 1 and 2 blocks an SM; the TMA stream on 4/4, 3/4, 2/4, 1/4 of the SMs */
-    struct energy_row { char name[32]; int B; double j[NCOL], w[NCOL], us[NCOL]; bool ok[NCOL]; } erows[5];
+    struct energy_row { char name[32]; int B; double j[NCOL], w[NCOL], us[NCOL]; float mhz[NCOL]; bool ok[NCOL]; } erows[5];
     int nerows = 0;
     printf("%-22s %10s %18s %18s %18s\n", "K/V of the decode shape", "copy-bound", "cp.async", "bulk a row", "TMA a tile");
     /* B, KV heads, keys, key ranges (the decode heuristic's split on 132 SMs) */
@@ -394,7 +405,7 @@ int main(int argc, char **argv)
                 const size_t sm = c == 0 ? (size_t)prop.sharedMemPerBlockOptin - 2048 : (size_t)3 * TILE_BYTES;
                 CK(cudaFuncSetAttribute(stream_cp_async<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
                 e.ok[c] = energy_per_call(tel, [&] { stream_cp_async<3><<<blocks, 128, sm>>>(p); }, 1.5, &e.j[c], &e.w[c],
-                                          &e.us[c]);
+                                          &e.us[c], &e.mhz[c]);
             }
             /* the TMA stream, 6 stages (192 KB in flight an SM), on all, 3/4, 1/2 and 1/4 of the SMs */
             const size_t sm6 = (size_t)6 * TILE_BYTES + 128;
@@ -402,7 +413,7 @@ int main(int argc, char **argv)
             for (int c = 2; c < NCOL; c++) {
                 const int sms = prop.multiProcessorCount * (6 - c) / 4, grid = sms < blocks ? sms : blocks;
                 e.ok[c] = energy_per_call(tel, [&] { stream_items<6><<<grid, 160, sm6>>>(p, blocks, mk, mv); }, 1.5, &e.j[c],
-                                          &e.w[c], &e.us[c]);
+                                          &e.w[c], &e.us[c], &e.mhz[c]);
             }
         }
     }
@@ -410,13 +421,15 @@ int main(int argc, char **argv)
     if (energy && !tel) printf("energy: n/a (no telemetry)\n");
     if (tel) {
         double cj, cw, cus;
+        float cmhz;
         printf("\nenergy (>= 1.5-s windows of back-to-back launches, GPU energy counter; tokens a call = B):\n");
-        if (energy_per_call(tel, [&] { CK(cudaMemcpyAsync(v, k, bytes / 2, cudaMemcpyDeviceToDevice)); }, 1.5, &cj, &cw, &cus))
-            printf("  device-to-device copy: %.0f W, %.1f us a 512-MiB copy (%.0f GB/s)\n", cw, cus,
-                   2.0 * (double)(bytes / 2) / cus / 1e3);
+        if (energy_per_call(tel, [&] { CK(cudaMemcpyAsync(v, k, bytes / 2, cudaMemcpyDeviceToDevice)); }, 1.5, &cj, &cw, &cus, &cmhz))
+            printf("  device-to-device copy: %.0f W, %.1f us a 512-MiB copy (%.0f GB/s), SM %.0f MHz\n", cw, cus,
+                   2.0 * (double)(bytes / 2) / cus / 1e3, cmhz);
         else
             printf("  device-to-device copy: n/a (%s)\n", fw_telemetry_describe(tel));
-        printf("  K/V stream: us a call, average W, mJ a token; cp.async as the decode kernel (1 and 2 blocks an SM),\n"
+        printf("  K/V stream: us a call, average W, mJ a token, median SM clock under load; cp.async as the decode kernel\n"
+               "  (1 and 2 blocks an SM),\n"
                "  TMA with 6 stages from one block on each of all, 3/4, 1/2, 1/4 of the SMs (the others idle)\n");
         static const char *col[NCOL] = {"cp.async 1/SM", "cp.async 2/SM", "TMA all SMs", "TMA 3/4", "TMA 1/2", "TMA 1/4"};
         for (int i = 0; i < nerows; i++) {
@@ -424,7 +437,8 @@ int main(int argc, char **argv)
             printf("  %s\n", e.name);
             for (int c = 0; c < NCOL; c++)
                 if (e.ok[c])
-                    printf("    %-14s %7.1f us %4.0f W %8.3f mJ/token\n", col[c], e.us[c], e.w[c], 1e3 * e.j[c] / e.B);
+                    printf("    %-14s %7.1f us %4.0f W %8.3f mJ/token  SM %4.0f MHz\n", col[c], e.us[c], e.w[c],
+                           1e3 * e.j[c] / e.B, e.mhz[c]);
                 else
                     printf("    %-14s n/a\n", col[c]);
         }
