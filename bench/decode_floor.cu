@@ -338,8 +338,9 @@ template <typename F> static bool energy_per_call(fw_telemetry *tel, F launch, d
 
 int main(int argc, char **argv)
 {
-    /* --energy: also the stream's J/token and watts at each shape (the decode kernel's loads at 1 and 2 blocks an
-     * SM) and the copy's watts: the energy a decode cannot go under while it reads the cache at this rate.
+    /* --energy: also the stream's J/token, watts and SM clock at each shape (the decode kernel's loads at 1 and 2
+     * blocks an SM; the TMA stream on all or part of the SMs) and the copy's: the energy a decode cannot go under
+     * while it reads the cache at this rate.
      * --shape N: the Nth shape of the table alone (0-based; for a profiler). */
     bool energy = false;
     int only = -1;
@@ -428,9 +429,9 @@ int main(int argc, char **argv)
                    2.0 * (double)(bytes / 2) / cus / 1e3, cmhz);
         else
             printf("  device-to-device copy: n/a (%s)\n", fw_telemetry_describe(tel));
-        printf("  K/V stream: us a call, average W, mJ a token, median SM clock under load; cp.async as the decode kernel\n"
-               "  (1 and 2 blocks an SM),\n"
-               "  TMA with 6 stages from one block on each of all, 3/4, 1/2, 1/4 of the SMs (the others idle)\n");
+        printf("  K/V stream: us a call, average W, mJ a token, median SM clock under load; cp.async as the decode\n"
+               "  kernel loads (1 and 2 blocks an SM), TMA with 6 stages from one block on each of all, 3/4, 1/2, 1/4 of\n"
+               "  the SMs (the others idle)\n");
         static const char *col[NCOL] = {"cp.async 1/SM", "cp.async 2/SM", "TMA all SMs", "TMA 3/4", "TMA 1/2", "TMA 1/4"};
         for (int i = 0; i < nerows; i++) {
             const energy_row &e = erows[i];
