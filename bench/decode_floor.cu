@@ -25,7 +25,8 @@ struct stream_params {
     unsigned *sink;
 };
 
-/* Work item i's (sequence, KV head) and its key range: tiles n0 / BN .. + nt (a block an item but in stream_items). */
+/* Work item i's (sequence, KV head) and its key range: tiles n0 / BN .. + nt (one item a block, except stream_tma
+ * on fewer SMs). */
 __device__ __forceinline__ void item_range(const stream_params &p, int i, int &b, int &hk, int &n0, int &nt)
 {
     const int s = i % p.splits;
@@ -118,61 +119,13 @@ template <int ST> __global__ void __launch_bounds__(128) stream_bulk(const strea
 #endif
 }
 
-/* A producer warp (warp 4) loads each tile's K and V as two 3-D TMA boxes (128 x 1 x 64); the four warps release
- * a stage on its "empty" mbarrier. */
+/* A producer warp (warp 4) loads each tile's K and V as two 3-D TMA boxes; the four warps release a stage on its
+ * "empty" mbarrier. A block takes items blockIdx.x, + gridDim.x, ...: one item a block for the table's TMA column,
+ * or a grid of fewer blocks than items (one block an SM on `gridDim.x` SMs, the others idle, the producer running on
+ * through the ring across items) for --energy's question: whether a stream on fewer SMs keeps HBM busy at less
+ * power. */
 template <int ST>
-__global__ void __launch_bounds__(160) stream_tma(const stream_params p, const __grid_constant__ CUtensorMap mk,
-                                                  const __grid_constant__ CUtensorMap mv)
-{
-#if __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) uint64_t full[ST], empty[ST];
-    const uint32_t s0 = ((uint32_t)__cvta_generic_to_shared(smem) + 127) & ~127u;
-    int b, hk, n0, nt;
-    item_range(p, (int)blockIdx.x, b, hk, n0, nt);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint32_t f0 = (uint32_t)__cvta_generic_to_shared(&full[0]), e0 = (uint32_t)__cvta_generic_to_shared(&empty[0]);
-    if (tid < ST) {
-        mbar_init(f0 + tid * 8, 1);
-        mbar_init(e0 + tid * 8, 4);
-    }
-    mbar_init_fence();
-    __syncthreads();
-    if (warp == 4) {
-        if (lane == 0)
-            for (int m = 0; m < nt; m++) {
-                const uint32_t f = f0 + (m % ST) * 8, dst = s0 + (uint32_t)((m % ST) * TILE_BYTES);
-                if (m >= ST) mbar_wait(e0 + (m % ST) * 8, (m / ST - 1) & 1);
-                mbar_expect_tx(f, TILE_BYTES);
-                const int row = b * p.L + n0 + m * BN;
-                asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-                             ::"r"(dst), "l"((uint64_t)&mk), "r"(f), "r"(0), "r"(hk), "r"(row) : "memory");
-                asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-                             ::"r"(dst + BN * ROWB), "l"((uint64_t)&mv), "r"(f), "r"(0), "r"(hk), "r"(row) : "memory");
-            }
-        return;
-    }
-    unsigned x = 0;
-    for (int it = 0; it < nt; it++) {
-        mbar_wait(f0 + (it % ST) * 8, (it / ST) & 1);
-        const uint32_t sk = s0 + (uint32_t)((it % ST) * TILE_BYTES + warp * 16 * ROWB);
-        x ^= consume(sk, sk + BN * ROWB, lane);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(e0 + (it % ST) * 8);
-    }
-    if (x == 0x12345678u) p.sink[0] = x;
-#else
-    (void)p;
-    (void)mk;
-    (void)mv;
-#endif
-}
-
-/* stream_tma's loads from a grid of fewer blocks than items (one block an SM on `gridDim.x` SMs, the others idle):
- * a block takes items blockIdx.x, + gridDim.x, ..., its producer running on through the ring across items, so that
- * the bytes in flight an SM grow with ST. Whether a stream on fewer SMs keeps HBM busy at less power. */
-template <int ST>
-__global__ void __launch_bounds__(160) stream_items(const stream_params p, int items, const __grid_constant__ CUtensorMap mk,
+__global__ void __launch_bounds__(160) stream_tma(const stream_params p, int items, const __grid_constant__ CUtensorMap mk,
                                                     const __grid_constant__ CUtensorMap mv)
 {
 #if __CUDA_ARCH__ >= 900
@@ -286,7 +239,7 @@ static void run_config(const stream_params &p, int blocks, const CUtensorMap &mk
     CK(cudaFuncSetAttribute(stream_tma<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm + 128));
     const float t[3] = {median_us([&] { stream_cp_async<ST><<<blocks, 128, sm>>>(p); }),
                         median_us([&] { stream_bulk<ST><<<blocks, 128, sm>>>(p); }),
-                        median_us([&] { stream_tma<ST><<<blocks, 160, sm + 128>>>(p, mk, mv); })};
+                        median_us([&] { stream_tma<ST><<<blocks, 160, sm + 128>>>(p, blocks, mk, mv); })};
     for (int i = 0; i < 3; i++)
         if (best[i] == 0.f || t[i] < best[i]) best[i] = t[i];
 }
@@ -410,10 +363,10 @@ int main(int argc, char **argv)
             }
             /* the TMA stream, 6 stages (192 KB in flight an SM), on all, 3/4, 1/2 and 1/4 of the SMs */
             const size_t sm6 = (size_t)6 * TILE_BYTES + 128;
-            CK(cudaFuncSetAttribute(stream_items<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm6));
+            CK(cudaFuncSetAttribute(stream_tma<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm6));
             for (int c = 2; c < NCOL; c++) {
                 const int sms = prop.multiProcessorCount * (6 - c) / 4, grid = sms < blocks ? sms : blocks;
-                e.ok[c] = energy_per_call(tel, [&] { stream_items<6><<<grid, 160, sm6>>>(p, blocks, mk, mv); }, 1.5, &e.j[c],
+                e.ok[c] = energy_per_call(tel, [&] { stream_tma<6><<<grid, 160, sm6>>>(p, blocks, mk, mv); }, 1.5, &e.j[c],
                                           &e.w[c], &e.us[c], &e.mhz[c]);
             }
         }
