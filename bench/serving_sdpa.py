@@ -491,11 +491,12 @@ def main():
     copy_gbs = copy_bandwidth(args.reps, args.warmup)
     print(f"# device copy bandwidth (read + write) {copy_gbs:.0f} GB/s")
     configs = []
-    if args.configs:  # the names cuda-flash lists for the first decode shape (fw_backend configs through the CLI-less path)
-        for occ in ("", "-occ1", "-occ2"):
-            for t in ("srv-m16-bn64-s2", "srv-m16-bn64-s3", "srv-m16-bn64-s4", "srv-m16-bn128-s2"):
-                configs.append((t + occ, t + occ))
-        configs += [("nosplit", "srv-m16-bn64-s3-nosplit"), ("split16", "srv-m16-bn64-s3-split16")]
+    if args.configs:  # the names cuda-flash lists for the decode shapes: 8 rows (keys as M) at 0-2 blocks an SM
+        for occ in ("", "-occ1", "-occ2"):  # cap, then 16 rows (query rows as M) for comparison
+            for t in ("bn64-s2", "bn64-s3", "bn64-s4", "bn128-s2"):
+                configs.append((f"srv-m8-{t}{occ}", f"srv-m8-{t}{occ}"))
+        configs += [(f"srv-m16-{t}", f"srv-m16-{t}") for t in ("bn64-s2", "bn64-s3", "bn64-s4", "bn128-s2")]
+        configs += [("nosplit", "srv-m8-bn64-s2-occ2-nosplit"), ("split16", "srv-m8-bn64-s2-occ2-split16")]
     rows = decode_rows(args, copy_gbs, configs)
     if not args.no_prefill:
         rows += prefill_rows(args)

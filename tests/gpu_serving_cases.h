@@ -486,10 +486,13 @@ static void run_suite(int quick)
             run_case(&c);
         }
     }
-    /* configurations: split-KV forced off and on, blocks per SM capped, other row heights */
+    /* configurations: split-KV forced off and on, blocks per SM capped, other row heights (8 rows: keys as
+     * the MMA's M dimension, over several row blocks in the ragged case) */
     static const char *cfgs[] = {"srv-m16-bn64-s2-nosplit", "srv-m16-bn64-s3-split4", "srv-m16-bn64-s2-split16",
-                                 "srv-m16-bn64-s3-occ1", "srv-m64-bn64-s2", "srv-m32-bn64-s2-split4", "srv-m16-bn128-s2-occ1-split4"};
-    for (int i = 0; i < (quick ? 2 : 7); i++) {
+                                 "srv-m16-bn64-s3-occ1", "srv-m64-bn64-s2", "srv-m32-bn64-s2-split4", "srv-m16-bn128-s2-occ1-split4",
+                                 "srv-m8-bn64-s2-nosplit", "srv-m8-bn64-s3-split4", "srv-m8-bn128-s2-occ1-split4"};
+    const int ncfgs = (int)(sizeof cfgs / sizeof cfgs[0]);
+    for (int i = 0; i < (quick ? 2 : ncfgs); i++) {
         sv_case c = cache_case(FW_BF16, 3, 16, 2, 128, 1, NULL, (const int[]){700, 0, 1999}, 16, 2048, 1);
         c.config = cfgs[i];
         run_case(&c);

@@ -207,6 +207,9 @@ static void paged_decode_suite(int quick)
         c.bad_every = 1;
         c.config = "srv-m16-bn64-s4";
         pg_run(&c);
+        c.bad_every = 3;
+        c.config = "srv-m8-bn64-s3-nosplit";
+        pg_run(&c);
     }
     /* pages 1.5 GiB apart: offsets past 2^32 bytes (64-bit products of 32-bit page indices and strides) */
     pg_case f;

@@ -85,6 +85,15 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t 
                  : "r"(addr));
 }
 
+/* The transpose of an 8 × 8 matrix of 16-bit elements held one row fragment a lane (row lane / 4,
+ * elements 2 (lane % 4) and + 1): an accumulator's C layout becomes the B layout of the transpose (sm_75+). */
+__device__ __forceinline__ uint32_t movmatrix_t(uint32_t x)
+{
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
 /* The A fragment (m16 × k16) of one k16 step from the accumulators of its two n8 tiles: the C layout
  * of an m16n8 product is the A layout of half a k16 step, so P (and dS) feed the next product
  * straight from registers. */

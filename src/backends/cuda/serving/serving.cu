@@ -6,9 +6,12 @@
  * each K/V tile is read once per KV head and long keys split across the GPU), unless its configuration
  * (or FW_CUDA_FLASH_CONFIG) names one of the dense kernels'.
  *
- * Heuristic: rows a block BM = 16, 32 or 64, the smallest that holds seqlen_q · group (64 beyond: ragged
- * prefill); tiles of 64 keys (128 at head dim 64), three stages where they fit twice per SM (two at head
- * dim 256); the split count from the SMs and the blocks per SM (srv_plan_splits). When even one block
+ * Heuristic: rows a block BM = 8, 16, 32 or 64, the smallest that holds seqlen_q · group (64 beyond:
+ * ragged prefill; 8 runs keys as the MMA's M dimension, serving_tc_keys.cuh); tiles of 64 keys (128 at
+ * head dim 64 up to 16 rows), three stages where they fit twice per SM (two at head dim 256); the split
+ * count from the SMs and the blocks per SM (srv_plan_splits). Decode at head dim 128 (8 rows) takes the
+ * tiles that were fastest on an H200 across the decode table: 128-key tiles in two stages (one block an
+ * SM) for a single wave, 64-key tiles in two stages capped at two blocks an SM otherwise. When even one block
  * per SM leaves SMs without work (B · H_kv · row blocks below the SM count), the keys are split into about
  * one wave of blocks that start and finish together: a second block per SM then hides no block's start
  * or end behind another's stream; it only doubles the blocks (Q loads, partials to merge) and the
@@ -42,7 +45,7 @@ static int64_t srv_tc_rows(const fw_problem *p) { return p->seqlen_q * p->group;
 static int srv_tc_bm(const fw_problem *p)
 {
     const int64_t rows = srv_tc_rows(p);
-    return rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
 }
 
 /* Dynamic shared memory variant v takes for p: paged calls also hold block-table slices. */
@@ -67,7 +70,7 @@ static int srv_tc_default(const fw_problem *p, const fw_cuda_device_info *di, sr
     memset(c, 0, sizeof *c);
     const int dpad = srv_tc_dpad(p->head_dim);
     c->bm = srv_tc_bm(p);
-    c->bn = c->bm == 64 && dpad == 256 ? 32 : (c->bm == 16 && dpad == 64 ? 128 : 64);
+    c->bn = c->bm == 64 && dpad == 256 ? 32 : (c->bm <= 16 && dpad == 64 ? 128 : 64);
     c->stages = dpad == 256 || c->bm == 64 ? 2 : 3;
     if (srv_tc_find(p, c, di)) return 1;
     int n = 0;
@@ -95,6 +98,18 @@ static int srv_tc_heuristic(const fw_problem *p, const fw_cuda_device_info *di, 
     const fw_srv_tc_variant *v = srv_tc_find(p, c, di);
     const int64_t m_blocks = (srv_tc_rows(p) + c->bm - 1) / c->bm;
     const int64_t base = p->batch * p->kv_heads * (m_blocks > 0 ? m_blocks : 1);
+    if (c->bm == 8 && srv_tc_dpad(p->head_dim) == 128) {
+        /* decode at head dim 128 (see the file's comment): one wave of 128-key tiles, else two 64-key stages
+         * at two blocks an SM */
+        srv_choice t = *c;
+        t.bn = base < di->sm_count ? 128 : 64;
+        t.stages = 2;
+        t.occupancy = base < di->sm_count ? 0 : 2;
+        if (srv_tc_find(p, &t, di)) {
+            *c = t;
+            return 1;
+        }
+    }
     if (v && c->stages >= 3 && p->seqlen_k > c->bn && base < di->sm_count &&
         srv_tc_blocks_per_sm(v, p->dtype, srv_tc_smem(v, p)) > 1)
         c->occupancy = 1;
@@ -195,10 +210,12 @@ extern "C" int fw_srv_tc_configs(const fw_problem *p, fw_config *out, int max)
     int n = 0, nv = 0;
     srv_choice_to_config(&def, p->precision, &out[n++]);
     const fw_srv_tc_variant *vs = srv_tc_table(p->head_dim, &nv);
-    /* every tile of the heuristic's height, as many blocks per SM as fit, then capped at 1 and 2 where
-     * that binds (fewer blocks in flight: the energy configurations the tuner measures) */
+    /* every tile of the heuristic's height (8 rows: also 16, the rows-as-M math), as many blocks per SM as
+     * fit, then capped at 1 and 2 where that binds (fewer blocks in flight: the energy configurations the
+     * tuner measures) */
     for (int i = 0; i < nv && n < max; i++) {
-        if (vs[i].bm != def.bm || (int)srv_tc_smem(&vs[i], p) > di.smem_optin) continue;
+        const int height_ok = vs[i].bm == def.bm || (def.bm == 8 && vs[i].bm == 16);
+        if (!height_ok || (int)srv_tc_smem(&vs[i], p) > di.smem_optin) continue;
         const int natural = guard.failed() ? 0 : srv_tc_blocks_per_sm(&vs[i], p->dtype, srv_tc_smem(&vs[i], p));
         for (int cap = 0; cap <= 2 && n < max; cap++) {
             if (cap > 0 && natural <= cap) continue;

@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "backends/cuda/common/cuda_common.h"
+#include "backends/cuda/parts/softmax.cuh"
 #include "backends/cuda/common/workspace.h"
 #include "serving.h"
 
@@ -149,6 +150,28 @@ template <typename T> __device__ __forceinline__ T from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/* The online-softmax step (base 2, raw scores) of one row of the serving kernels: mx is the row's new max
+ * over every key it has seen (its lanes reduced); the N scores this thread holds, x(0) .. x(N-1), become
+ * exp2(s·scale_log2 - mx·scale_log2) and their sum joins row_l. Returns alpha, the rescale of the row's old
+ * state: exactly 1 where the max did not move, so that the caller can skip rescaling its output (past the
+ * first tiles of a long key range the maxima rarely move). */
+template <int N, class X>
+__device__ __forceinline__ float online_row_step(float mx, float &row_m, float &row_l, float scale_log2, X &&x)
+{
+    const float msc = mx == -INFINITY ? 0.f : mx * scale_log2;
+    const float alpha = mx == row_m ? 1.f : fwparts::fast_exp2(row_m * scale_log2 - msc);
+    row_m = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const float v = fwparts::fast_exp2(fmaf(x(i), scale_log2, -msc));
+        x(i) = v;
+        sum += v;
+    }
+    row_l = row_l * alpha + sum;
+    return alpha;
+}
 
 /* LSE of a row from its running max (raw score units), the scale and the sum of exponentials:
  * -inf for a row that saw no key, NaN kept. */

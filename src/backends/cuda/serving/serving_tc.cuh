@@ -6,7 +6,9 @@
  * tile (decode reads each KV head once, not once per query head). Its four warps form WM = BM/16 row
  * groups × WN = 4/WM key groups: warp (wm, wn) owns rows wm·16 .. +15 and keys wn·BN/WN .. of every
  * tile, with its own online softmax; the WN partial states of a row group are merged through shared
- * memory at the end (decode: BM = 16, all four warps split the keys). K/V tiles come in 16-byte cp.async
+ * memory at the end. This kernel orchestrates the loads; the math is serving_tc_rows.cuh (query rows as
+ * the MMA's M dimension) or, for BM = 8 (decode with up to 8 query heads a KV head: the four warps split
+ * the keys), serving_tc_keys.cuh (keys as M: no m16 tile half padding). K/V tiles come in 16-byte cp.async
  * chunks through an ST-stage ring (serving_load.cuh: per-thread runs of rows, pages looked up once per
  * run or per row from a shared slice of the block table). A tile with a key on a page outside the pool
  * is masked key by key from that slice; the others skip the mask. With split-KV the block writes a
@@ -19,6 +21,8 @@
 #include "backends/cuda/parts/softmax.cuh"
 #include "serving_common.cuh"
 #include "serving_load.cuh"
+#include "serving_tc_keys.cuh"
+#include "serving_tc_rows.cuh"
 
 /* Launch of one configuration at a dynamic shared-memory size (>= the configuration's, larger to cap
  * its blocks per SM); blocks per SM at that size (0 where the runtime cannot say). */
@@ -42,7 +46,7 @@ namespace fwsrv {
 
 template <int D, int BM, int BN, int ST> struct tc_shape {
     static constexpr int W = 4, NT = 128;
-    static constexpr int WM = BM / 16, WN = W / WM;
+    static constexpr int WM = BM < 16 ? 1 : BM / 16, WN = W / WM;
     static constexpr int SBW = BN / WN;              /* keys of a tile a warp takes */
     static constexpr int SB = SBW < 64 ? SBW : 64;  /* keys of one softmax sub-tile */
     static constexpr int SD = D + 8;                 /* shared row stride (elements): ldmatrix conflict-free */
@@ -61,17 +65,24 @@ template <int D, int BM, int BN, int ST> struct tc_shape {
     static constexpr size_t SMEM_PAGED = ((MAIN_PAGED > MERGE ? MAIN_PAGED : MERGE) + 15) / 16 * 16;
 };
 
+/* The math a block height runs: keys as the MMA's M dimension for 8 rows, query rows otherwise. */
+template <typename T, int D, int BM, int SB, int SD, int WN> struct tc_math {
+    using type = rows_m_math<T, D, SB, SD, WN>;
+};
+template <typename T, int D, int SB, int SD, int WN> struct tc_math<T, D, 8, SB, SD, WN> {
+    using type = keys_m_math<T, D, SB, SD, 4>;
+};
+
 template <typename T, int D, int BM, int BN, int ST>
 __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
 {
     using S = tc_shape<D, BM, BN, ST>;
-    constexpr int NT = S::NT, WN = S::WN, SBW = S::SBW, SB = S::SB, SD = S::SD, SDF = S::SDF;
-    constexpr int NN = SB / 8, ND = D / 8, KD = D / 16, KN = SB / 16;
+    constexpr int NT = S::NT, WN = S::WN, SBW = S::SBW, SB = S::SB, SD = S::SD;
     constexpr int CPR = D / 8, RS = NT / CPR; /* Q loads: 16-byte chunks a row; rows a pass */
-    constexpr bool QREG = D <= 128;
-    static_assert(BM % 16 == 0 && S::W % S::WM == 0 && SBW % SB == 0 && SB % 16 == 0, "tile shape");
-    static_assert(NT % CPR == 0 && (BM * CPR) % NT == 0 && BN <= NT, "chunks (and a tile's page ids) must divide among the threads");
+    static_assert(S::W % S::WM == 0 && SBW % SB == 0 && SB % 16 == 0, "tile shape");
+    static_assert(NT % CPR == 0 && BN <= NT, "chunks (and a tile's page ids) must divide among the threads");
     static_assert(S::W == 4 && BN / 4 <= 32, "a warp loads BN / 4 rows and copies their page ids, one a lane");
+    static_assert(BM == 8 ? WN == 4 : BM % 16 == 0, "8 rows: the four warps split the keys");
 
     extern __shared__ __align__(16) unsigned char smem[];
     const uint32_t sQa = (uint32_t)__cvta_generic_to_shared(smem);
@@ -80,8 +91,8 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
     const uint32_t sIa = sQa + (uint32_t)S::IDS_OFFSET;
     const int32_t *ids = reinterpret_cast<const int32_t *>(smem + S::IDS_OFFSET); /* paged only */
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int wn = warp % WN, wrow0 = (warp / WN) * 16;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wn = warp % WN;
     const int split = (int)(blockIdx.x % (unsigned)p.splits);
     int mb = (int)(blockIdx.x / (unsigned)p.splits);
     if (p.reverse_m) mb = p.m_blocks - 1 - mb;
@@ -100,8 +111,9 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
         const T *qg = reinterpret_cast<const T *>(p.q) + q_base(p, p.q_s, b, sq);
         const int col = tid % CPR;
 #pragma unroll
-        for (int c = 0; c < BM * CPR / NT; c++) {
+        for (int c = 0; c < (BM * CPR + NT - 1) / NT; c++) {
             const int r = tid / CPR + c * RS, pm = m0 + r;
+            if (BM * CPR % NT != 0 && r >= BM) break;
             const bool ok = pm < rows && col * 8 < p.d;
             const T *src = qg;
             if (ok) {
@@ -164,23 +176,8 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
         fwparts::cp_async_commit();
     }
 
-    /* The visible keys [jlo, jhi) of this thread's two rows (g and g + 8 of its warp's 16). */
-    int jlo[2], jhi[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) row_key_range(p, sq, (m0 + wrow0 + g + 8 * r) / p.group, jlo[r], jhi[r]);
-
-    float acc[1][ND][4];
-#pragma unroll
-    for (int j = 0; j < ND; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[0][j][e] = 0.f;
-    float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
-
-    /* ldmatrix lane addresses (bytes within a tile), as in fwd/kernel_mma.cuh. */
-    const uint32_t q_lane = (uint32_t)(((wrow0 + (lane & 15)) * SD + (lane >> 4) * 8) * 2);
-    const uint32_t k_lane = (uint32_t)((((lane & 7) + ((lane >> 4) << 3)) * SD + ((lane >> 3) & 1) * 8) * 2);
-    const uint32_t v_lane = (uint32_t)(((lane & 15) * SD + (lane >> 4) * 8) * 2);
-    uint32_t qf[QREG ? KD : 1][4];
+    typename tc_math<T, D, BM, SB, SD, WN>::type math;
+    math.init(p, sq, m0, warp, lane);
 
     for (int it = 0; it < n_tiles; it++) {
         if (WARP_PIPE) {
@@ -203,12 +200,7 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
             if (it + ST - 1 < n_tiles) issue(it + ST - 1);
             fwparts::cp_async_commit();
         }
-        if (QREG && it == 0) {
-#pragma unroll
-            for (int kk = 0; kk < KD; kk++)
-                fwparts::ldsm_x4(sQa + q_lane + (uint32_t)(kk * 32), qf[QREG ? kk : 0][0], qf[QREG ? kk : 0][1],
-                              qf[QREG ? kk : 0][2], qf[QREG ? kk : 0][3]);
-        }
+        if (it == 0) math.load_q(sQa);
         const int slot = it % ST, n0 = n_begin + it * BN;
         const bool bad_tile = (bad_stages >> slot) & 1u;
         const bool need_mask = bad_tile || n0 + BN > sq.lk ||
@@ -216,190 +208,14 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
 #pragma unroll 1
         for (int sb = 0; sb < SBW / SB; sb++) {
             const int kt = wn * SBW + sb * SB; /* first key of the sub-tile within the tile */
-            const uint32_t sKs = sKa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2);
-            const uint32_t sVs = sVa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2);
-            float s[1][NN][4];
-#pragma unroll
-            for (int j = 0; j < NN; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[0][j][e] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
-                uint32_t a[1][4];
-                if (QREG) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) a[0][e] = qf[QREG ? kk : 0][e];
-                } else {
-                    fwparts::ldsm_x4(sQa + q_lane + (uint32_t)(kk * 32), a[0][0], a[0][1], a[0][2], a[0][3]);
-                }
-                fwparts::mma_ab<T, false, 1, NN / 2>(s, a, sKs + k_lane, kk * 16, 16 * SD);
-            }
-            if (need_mask) {
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < NN; j++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int kc = kt + j * 8 + t4 * 2 + e, col = n0 + kc;
-                            bool vis = col >= jlo[r] && col < jhi[r];
-                            if (bad_tile && vis) /* rare: the table again, from global memory */
-                                vis = page_ok(p, __ldg(bt + page_div(p, (uint32_t)col)));
-                            if (!vis) s[0][j][r * 2 + e] = -INFINITY;
-                        }
-            }
-            /* Online softmax (base 2), as fwd/kernel_mma.cuh, but O is rescaled only when a row's maximum
-             * moved (alpha is then exactly 1 elsewhere): past the first tiles of a long key range the
-             * maxima rarely move, and the rescale is ND·4 multiplies a thread. */
-            float alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mx = row_m[r];
-#pragma unroll
-                for (int j = 0; j < NN; j++) mx = fmaxf(mx, fmaxf(s[0][j][r * 2], s[0][j][r * 2 + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float msc = mx == -INFINITY ? 0.f : mx * p.scale_log2;
-                alpha[r] = mx == row_m[r] ? 1.f : fwparts::fast_exp2(row_m[r] * p.scale_log2 - msc);
-                row_m[r] = mx;
-                float sum = 0.f;
-#pragma unroll
-                for (int j = 0; j < NN; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const float v = fwparts::fast_exp2(fmaf(s[0][j][r * 2 + e], p.scale_log2, -msc));
-                        s[0][j][r * 2 + e] = v;
-                        sum += v;
-                    }
-                row_l[r] = row_l[r] * alpha[r] + sum;
-            }
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-#pragma unroll
-                    for (int j = 0; j < ND; j++) {
-                        acc[0][j][r * 2] *= alpha[r];
-                        acc[0][j][r * 2 + 1] *= alpha[r];
-                    }
-            }
-            /* O += P V */
-#pragma unroll
-            for (int kk = 0; kk < KN; kk++) {
-                uint32_t a[1][4];
-                fwparts::acc_to_a<T>(s[0][2 * kk], s[0][2 * kk + 1], a[0]);
-                fwparts::mma_ab<T, true, 1, ND / 2>(acc, a, sVs + v_lane, kk * 16 * SD, 16);
-            }
+            math.subtile(p, sQa, sKa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2),
+                         sVa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2), kt, n0, need_mask, bad_tile, bt);
         }
     }
 
     fwparts::cp_async_wait<0>();
-    __syncthreads(); /* the K/V ring is free: the merge below reuses it */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        row_l[r] += __shfl_xor_sync(0xffffffffu, row_l[r], 1);
-        row_l[r] += __shfl_xor_sync(0xffffffffu, row_l[r], 2);
-    }
-    if constexpr (WN > 1) {
-        /* The WN warps of a row group saw disjoint keys: rescale each to the common max, sum into wn = 0. */
-        float *sm_ml = reinterpret_cast<float *>(smem + S::ML_OFFSET); /* [warp][16][2]: m, l */
-        float *sm_o = reinterpret_cast<float *>(smem + S::O_OFFSET);   /* [warp][16][SDF] */
-        if (t4 == 0) {
-            sm_ml[(warp * 16 + g) * 2] = row_m[0];
-            sm_ml[(warp * 16 + g + 8) * 2] = row_m[1];
-        }
-        __syncthreads();
-        const int w0 = warp - wn; /* the row group's first warp */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < WN; w++) mx = fmaxf(mx, sm_ml[((w0 + w) * 16 + g + 8 * r) * 2]);
-            const float f = row_m[r] == -INFINITY ? 0.f : fwparts::fast_exp2((row_m[r] - mx) * p.scale_log2);
-            row_m[r] = mx;
-            row_l[r] *= f;
-#pragma unroll
-            for (int j = 0; j < ND; j++) {
-                acc[0][j][r * 2] *= f;
-                acc[0][j][r * 2 + 1] *= f;
-            }
-        }
-        if (wn > 0) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = warp * 16 + g + 8 * r;
-                if (t4 == 0) sm_ml[row * 2 + 1] = row_l[r];
-#pragma unroll
-                for (int j = 0; j < ND; j++)
-                    *reinterpret_cast<float2 *>(sm_o + row * SDF + j * 8 + t4 * 2) =
-                        make_float2(acc[0][j][r * 2], acc[0][j][r * 2 + 1]);
-            }
-        }
-        __syncthreads();
-        if (wn > 0) return; /* no barrier follows */
-#pragma unroll
-        for (int w = 1; w < WN; w++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = (warp + w) * 16 + g + 8 * r;
-                row_l[r] += sm_ml[row * 2 + 1];
-#pragma unroll
-                for (int j = 0; j < ND; j++) {
-                    const float2 o = *reinterpret_cast<const float2 *>(sm_o + row * SDF + j * 8 + t4 * 2);
-                    acc[0][j][r * 2] += o.x;
-                    acc[0][j][r * 2 + 1] += o.y;
-                }
-            }
-    }
-
-    /* Epilogue (warps wn = 0): rows of this warp's group that exist. */
-    float inv[2], lse[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float l = row_l[r];
-        inv[r] = l > 0.f ? 1.f / l : (l == l ? 0.f : l);
-        lse[r] = row_lse(row_m[r], p.scale, l);
-    }
-    if (p.splits == 1) {
-        /* Normalised O staged as T through this warp's rows of sQ, then 16-byte stores. */
-        T *sQ = reinterpret_cast<T *>(smem);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = wrow0 + g + 8 * r, pm = m0 + row;
-#pragma unroll
-            for (int j = 0; j < ND; j++)
-                *reinterpret_cast<uint32_t *>(sQ + row * SD + j * 8 + t4 * 2) =
-                    fwparts::pack2<T>::make(acc[0][j][r * 2] * inv[r], acc[0][j][r * 2 + 1] * inv[r]);
-            if (p.lse && t4 == 0 && pm < rows)
-                p.lse[lse_index(p, b, hk * p.group + pm % p.group, pm / p.group, sq)] = lse[r];
-        }
-        __syncwarp();
-        T *og = reinterpret_cast<T *>(p.o) + q_base(p, p.o_s, b, sq);
-#pragma unroll
-        for (int c = lane; c < 16 * CPR; c += 32) {
-            const int r = c / CPR, col = c % CPR, pm = m0 + wrow0 + r;
-            if (pm < rows && col * 8 < p.d) {
-                const int i = pm / p.group, h = hk * p.group + pm % p.group;
-                *reinterpret_cast<uint4 *>(og + (int64_t)h * p.o_s[1] + (int64_t)i * p.o_s[2] + col * 8) =
-                    *reinterpret_cast<const uint4 *>(sQ + (wrow0 + r) * SD + col * 8);
-            }
-        }
-    } else {
-        /* Split-KV: the normalised f32 partial and its LSE (-inf where this chunk had no visible key). */
-        const int ld = part_ld(p);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int pm = m0 + wrow0 + g + 8 * r;
-            if (pm >= rows) continue;
-            const int64_t pr = part_row(p, split, b, hk * p.group + pm % p.group, pm / p.group);
-            if (t4 == 0) p.part_lse[pr] = lse[r];
-            float *po = p.part_o + pr * ld;
-#pragma unroll
-            for (int j = 0; j < ND; j++)
-                if (j * 8 < p.d)
-                    *reinterpret_cast<float2 *>(po + j * 8 + t4 * 2) =
-                        make_float2(acc[0][j][r * 2] * inv[r], acc[0][j][r * 2 + 1] * inv[r]);
-        }
-    }
+    __syncthreads(); /* the K/V ring is free: the merge reuses it */
+    math.finish(p, sq, smem, S::ML_OFFSET, S::O_OFFSET, b, hk, split, m0, rows);
 }
 
 /* The kernel's shared-memory attributes, once per device: the device's whole opt-in size (a launch may pad its

@@ -3,6 +3,10 @@
 #include "serving_tc.cuh"
 
 extern "C" const fw_srv_tc_variant fw_srv_tc_variants_d128[] = {
+    FW_SRV_TC_VARIANT(128, 8, 64, 2),
+    FW_SRV_TC_VARIANT(128, 8, 64, 3),
+    FW_SRV_TC_VARIANT(128, 8, 64, 4),
+    FW_SRV_TC_VARIANT(128, 8, 128, 2),
     FW_SRV_TC_VARIANT(128, 16, 64, 2),
     FW_SRV_TC_VARIANT(128, 16, 64, 3),
     FW_SRV_TC_VARIANT(128, 16, 64, 4),

@@ -3,6 +3,8 @@
 #include "serving_tc.cuh"
 
 extern "C" const fw_srv_tc_variant fw_srv_tc_variants_d256[] = {
+    FW_SRV_TC_VARIANT(256, 8, 64, 2),
+    FW_SRV_TC_VARIANT(256, 8, 64, 3),
     FW_SRV_TC_VARIANT(256, 16, 64, 2),
     FW_SRV_TC_VARIANT(256, 16, 64, 3),
     FW_SRV_TC_VARIANT(256, 32, 64, 2),

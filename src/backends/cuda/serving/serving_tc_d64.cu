@@ -3,6 +3,8 @@
 #include "serving_tc.cuh"
 
 extern "C" const fw_srv_tc_variant fw_srv_tc_variants_d64[] = {
+    FW_SRV_TC_VARIANT(64, 8, 128, 2),
+    FW_SRV_TC_VARIANT(64, 8, 128, 3),
     FW_SRV_TC_VARIANT(64, 16, 64, 2),
     FW_SRV_TC_VARIANT(64, 16, 64, 3),
     FW_SRV_TC_VARIANT(64, 16, 128, 2),
