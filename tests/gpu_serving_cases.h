@@ -484,6 +484,15 @@ static void run_suite(int quick)
             c = mk(FW_BF16, K_DENSE, 1, 16, 2, 256);
             c.lq[0] = 2; c.lk[0] = 517; c.causal = 1; c.wl = 100;
             run_case(&c);
+            /* head dims below the padded 128 and 64 on blocks of 8 rows: split and not, and under a window */
+            c = mk(FW_BF16, K_DENSE, 2, 8, 2, 96);
+            c.lq[0] = 1; c.lk[0] = 2000;
+            run_case(&c);
+            c.config = "srv-m8-bn64-s2-nosplit";
+            run_case(&c);
+            c = mk(FW_F16, K_DENSE, 3, 5, 1, 40);
+            c.lq[0] = 1; c.lk[0] = 700; c.causal = 1; c.wl = 300;
+            run_case(&c);
         }
     }
     /* configurations: split-KV forced off and on, blocks per SM capped, other row heights (8 rows: keys as
