@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(128) merge_kernel(const fw_srv_params p)
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    const float inv = l > 0.f ? 1.f / l : (l == l ? 0.f : l);
+    const float inv = fwparts::softmax_inv_sum(l);
     const int ld = part_ld(p);
     T *o = (T *)p.o + q_base(p, p.o_s, b, s) + (int64_t)h * p.o_s[1] + (int64_t)i * p.o_s[2];
     for (int c0 = 0; c0 < p.d; c0 += 128) { /* block-uniform trip count */

@@ -164,7 +164,7 @@ template <typename T, int D, int SB, int SD, int W> struct keys_m_math {
             }
         }
         if (pm >= rows) return;
-        const float inv = l > 0.f ? 1.f / l : (l == l ? 0.f : l), lse = row_lse(mx, p.scale, l);
+        const float inv = fwparts::softmax_inv_sum(l), lse = row_lse(mx, p.scale, l);
         const int i = pm / p.group, h = hk * p.group + pm % p.group;
         if (p.splits == 1) {
             /* 16-byte stores of 8 elements (8-byte of 4 at head dim 64); p.d is a multiple of 8 */

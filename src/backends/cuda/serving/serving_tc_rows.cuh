@@ -186,7 +186,7 @@ template <typename T, int D, int SB, int SD, int WN> struct rows_m_math {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const float l = row_l[r];
-            inv[r] = l > 0.f ? 1.f / l : (l == l ? 0.f : l);
+            inv[r] = fwparts::softmax_inv_sum(l);
             lse[r] = row_lse(row_m[r], p.scale, l);
         }
         if (p.splits == 1) {
