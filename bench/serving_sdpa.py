@@ -255,9 +255,8 @@ def energy_per_call(fn, seconds):
             torch.cuda.synchronize()
         t1 = time.time()
     mhz = statistics.median(clocks) if clocks else None
-    if e.joules is None:
-        return None, None, (t1 - t0) * 1e6 / n, mhz, sorted(reasons)
-    return e.joules / n, e.avg_w, (t1 - t0) * 1e6 / n, mhz, sorted(reasons)
+    jpc = e.joules / n if e.joules is not None else None
+    return jpc, e.avg_w if jpc is not None else None, (t1 - t0) * 1e6 / n, mhz, sorted(reasons)
 
 
 def copy_bandwidth(reps, warmup):
