@@ -129,25 +129,31 @@ __device__ __forceinline__ void acc_tiles_to_a(const float (&x)[2 * K][4], uint3
 }
 
 /* acc[mt][2·np .. 2·np+1] += A[mt] · B_np for np < NP and every m16 tile mt: B_np is the k16 × n16 block
- * that ldmatrix (TRANS: .trans, for B stored k-major) reads at lane address b + 2·(np·step + off), with
- * step and off in elements of the shared tile. */
-template <typename T, bool TRANS, int MT, int NP, int N>
-__device__ __forceinline__ void mma_ab(float (&acc)[MT][N][4], const uint32_t (&a)[MT][4], uint32_t b, int off, int step)
+ * that ldmatrix (TRANS: .trans, for B stored k-major) reads at lane address addr(np) (mma_ab_at), or
+ * b + 2·(np·step + off) with step and off in elements of the shared tile (mma_ab). */
+template <typename T, bool TRANS, int MT, int NP, int N, class Addr>
+__device__ __forceinline__ void mma_ab_at(float (&acc)[MT][N][4], const uint32_t (&a)[MT][4], Addr &&addr)
 {
     static_assert(2 * NP <= N, "accumulator tiles");
 #pragma unroll
     for (int np = 0; np < NP; np++) {
         uint32_t b0, b1, b2, b3;
         if (TRANS)
-            ldsm_x4_t(b + (uint32_t)((np * step + off) * 2), b0, b1, b2, b3);
+            ldsm_x4_t(addr(np), b0, b1, b2, b3);
         else
-            ldsm_x4(b + (uint32_t)((np * step + off) * 2), b0, b1, b2, b3);
+            ldsm_x4(addr(np), b0, b1, b2, b3);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             mma16816<T>(acc[mt][2 * np], a[mt], b0, b1);
             mma16816<T>(acc[mt][2 * np + 1], a[mt], b2, b3);
         }
     }
+}
+
+template <typename T, bool TRANS, int MT, int NP, int N>
+__device__ __forceinline__ void mma_ab(float (&acc)[MT][N][4], const uint32_t (&a)[MT][4], uint32_t b, int off, int step)
+{
+    mma_ab_at<T, TRANS, MT, NP>(acc, a, [&](int np) { return b + (uint32_t)((np * step + off) * 2); });
 }
 
 /* Lane addresses (byte offsets within a tile of rows SD elements apart) of the ldmatrix.x4 loads of

@@ -1,7 +1,7 @@
 /* The K/V tile loads of cuda-flash's serving kernel (serving_tc.cuh).
  *
  * Thread tid copies the 16-byte chunk column lcol = tid % (D / 8) of RPT consecutive rows t0 .. t0 +
- * RPT - 1 of every tile (t0 = (tid / (D / 8)) · RPT, RPT = 4 .. 16): a warp copies whole rows per
+ * RPT - 1 of every tile (into the stage's swizzled rows, kv_chunk) (t0 = (tid / (D / 8)) · RPT, RPT = 4 .. 16): a warp copies whole rows per
  * instruction, warp w copies rows w·BN/4 .. (w + 1)·BN/4 - 1 (with four warps side by side on the keys,
  * exactly the rows it computes on), and a thread's rows share a page wherever the page size is a
  * multiple of RPT. Addresses are a per-thread 64-bit base plus 32 x 32 -> 64-bit products of byte
@@ -48,27 +48,34 @@ __device__ __forceinline__ const char *mad_wide(uint32_t a, uint32_t b, const ch
     return reinterpret_cast<const char *>(r);
 }
 
+/* Byte offset of 16-byte chunk `chunk` of row `row` in a K or V stage: rows of D elements with no padding, the
+ * chunk stored at chunk ^ (row % 8) of its row, so that the eight consecutive rows an ldmatrix matrix reads at one
+ * chunk column fall in distinct banks, and every row starts on a 128-byte boundary (D >= 64). */
+template <int D> __device__ __forceinline__ uint32_t kv_chunk(int row, int chunk)
+{
+    static_assert(D % 64 == 0, "at least eight 16-byte chunks a row");
+    return (uint32_t)(row * D * 2 + ((chunk ^ (row & 7)) << 4));
+}
+
 /* A page id inside the pool. */
 __device__ __forceinline__ bool page_ok(const fw_srv_params &p, int page)
 {
     return (uint32_t)page < (uint32_t)p.num_pages;
 }
 
-template <typename T, int D, int BN, int SD, int NT> struct kv_loader {
+template <typename T, int D, int BN, int NT> struct kv_loader {
     static constexpr int CPR = D / 8, RS = NT / CPR, RPT = BN / RS;
     static_assert(NT % CPR == 0 && BN % RS == 0 && RPT % 4 == 0, "rows must divide among the threads");
 
     const char *kb, *vb; /* contiguous: key 0 of this (sequence, KV head) + row t0 + chunk lcol; paged: head hk + chunk lcol */
     uint32_t csize;                    /* 16, or 0 for a chunk column at or past d (zero-filled) */
-    uint32_t soff;                     /* byte offset of (row t0, chunk lcol) in a K or V stage */
-    int t0;
+    int t0, lcol;
     int mode;
 
     __device__ __forceinline__ void init(const fw_srv_params &p, const seq_t &s, int b, int hk, int tid)
     {
-        const int lcol = tid % CPR;
+        lcol = tid % CPR;
         t0 = (tid / CPR) * RPT;
-        soff = (uint32_t)((t0 * SD + lcol * 8) * 2);
         csize = lcol * 8 < p.d ? 16u : 0u;
         int64_t ko = (int64_t)hk * p.k_s[1], vo = (int64_t)hk * p.v_s[1];
         if (!p.paged) {
@@ -87,7 +94,7 @@ template <typename T, int D, int BN, int SD, int NT> struct kv_loader {
     /* Row r (of this thread's RPT) of the tile at shared stage addresses sk, sv: ok, or zero-filled. */
     __device__ __forceinline__ void row(uint32_t sk, uint32_t sv, int r, const char *ka, const char *va, bool ok) const
     {
-        const uint32_t so = soff + (uint32_t)(r * SD * 2);
+        const uint32_t so = kv_chunk<D>(t0 + r, lcol);
         fwparts::cp_async16(sk + so, ka, ok ? (int)csize : 0);
         fwparts::cp_async16(sv + so, va, ok ? (int)csize : 0);
     }

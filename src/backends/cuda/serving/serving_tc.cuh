@@ -49,10 +49,10 @@ template <int D, int BM, int BN, int ST> struct tc_shape {
     static constexpr int WM = BM < 16 ? 1 : BM / 16, WN = W / WM;
     static constexpr int SBW = BN / WN;              /* keys of a tile a warp takes */
     static constexpr int SB = SBW < 64 ? SBW : 64;  /* keys of one softmax sub-tile */
-    static constexpr int SD = D + 8;                 /* shared row stride (elements): ldmatrix conflict-free */
+    static constexpr int SD = D + 8;                 /* Q's shared row stride (elements): ldmatrix conflict-free */
     static constexpr int SDF = D + 8;                /* f32 merge rows (floats): float2 stores conflict-free */
     static constexpr size_t Q_BYTES = (size_t)BM * SD * 2;
-    static constexpr size_t STAGE_BYTES = (size_t)BN * SD * 2;
+    static constexpr size_t STAGE_BYTES = (size_t)BN * D * 2; /* K/V rows unpadded, chunks swizzled (kv_chunk) */
     /* paged only: the block-table slices of ST tiles, int32 [ST][BN] (warp w's at [w·BN/4, (w + 1)·BN/4):
      * the pages of the rows it loads). A contiguous call launches without them (SMEM), a paged one with
      * them (SMEM_PAGED). */
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
      * the stage every warp finished with (ST - 1 tiles in flight). */
     constexpr bool WARP_PIPE = WN == 4;
     constexpr int AHEAD = WARP_PIPE ? ST : ST - 1;
-    kv_loader<T, D, BN, SD, NT> ld;
+    kv_loader<T, D, BN, NT> ld;
     ld.init(p, sq, b, hk, tid);
     const int wrows = warp * (BN / 4); /* the first row of a tile this warp loads */
     const int32_t *bt = p.paged ? p.block_table + (int64_t)b * p.bt_stride : nullptr;
@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(128) tc_kernel(const fw_srv_params p)
 #pragma unroll 1
         for (int sb = 0; sb < SBW / SB; sb++) {
             const int kt = wn * SBW + sb * SB; /* first key of the sub-tile within the tile */
-            math.subtile(p, sQa, sKa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2),
-                         sVa + (uint32_t)(slot * S::STAGE_BYTES + kt * SD * 2), kt, n0, need_mask, bad_tile, bt);
+            math.subtile(p, sQa, sKa + (uint32_t)(slot * S::STAGE_BYTES + kt * D * 2),
+                         sVa + (uint32_t)(slot * S::STAGE_BYTES + kt * D * 2), kt, n0, need_mask, bad_tile, bt);
         }
     }
 

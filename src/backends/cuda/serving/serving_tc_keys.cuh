@@ -59,7 +59,6 @@ template <typename T, int D, int SB, int SD, int W> struct keys_m_math {
     __device__ __forceinline__ void subtile(const fw_srv_params &p, uint32_t, uint32_t sKs, uint32_t sVs, int kt,
                                             int n0, bool need_mask, bool bad_tile, const int32_t *bt)
     {
-        const uint32_t k_lane = fwparts::ldsm_a_lane<SD>(0, lane), v_lane = fwparts::ldsm_b_lane<SD>(lane);
         float s[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -68,7 +67,7 @@ template <typename T, int D, int SB, int SD, int W> struct keys_m_math {
 #pragma unroll
             for (int kk = 0; kk < KD; kk++) {
                 uint32_t a[4];
-                fwparts::ldsm_x4(sKs + k_lane + (uint32_t)((mt * 16 * SD + kk * 16) * 2), a[0], a[1], a[2], a[3]);
+                fwparts::ldsm_x4(sKs + kv_chunk<D>(mt * 16 + (lane & 15), 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
                 fwparts::mma16816<T>(s[mt], a, qf[kk][0], qf[kk][1]);
             }
         }
@@ -111,7 +110,8 @@ template <typename T, int D, int SB, int SD, int W> struct keys_m_math {
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
                 uint32_t a[4];
-                fwparts::ldsm_x4_t(sVs + v_lane + (uint32_t)((mt * 16 * SD + dt * 16) * 2), a[0], a[1], a[2], a[3]);
+                fwparts::ldsm_x4_t(sVs + kv_chunk<D>(mt * 16 + (lane & 7) + ((lane >> 4) << 3), 2 * dt + ((lane >> 3) & 1)),
+                                   a[0], a[1], a[2], a[3]);
                 fwparts::mma16816<T>(o[dt], a, b0, b1);
             }
         }

@@ -57,8 +57,6 @@ template <typename T, int D, int SB, int SD, int WN> struct rows_m_math {
     __device__ __forceinline__ void subtile(const fw_srv_params &p, uint32_t sQa, uint32_t sKs, uint32_t sVs, int kt,
                                             int n0, bool need_mask, bool bad_tile, const int32_t *bt)
     {
-        const uint32_t k_lane = fwparts::ldsm_b_lane<SD>(lane);
-        const uint32_t v_lane = fwparts::ldsm_a_lane<SD>(0, lane);
         float s[1][NN][4];
 #pragma unroll
         for (int j = 0; j < NN; j++)
@@ -73,7 +71,9 @@ template <typename T, int D, int SB, int SD, int WN> struct rows_m_math {
             } else {
                 fwparts::ldsm_x4(sQa + q_lane + (uint32_t)(kk * 32), a[0][0], a[0][1], a[0][2], a[0][3]);
             }
-            fwparts::mma_ab<T, false, 1, NN / 2>(s, a, sKs + k_lane, kk * 16, 16 * SD);
+            /* K as B (keys as n, 16 a step): rows (lane & 7) + 8 (lane >> 4), chunk 2 kk + bit 3 of the lane */
+            const uint32_t kb = sKs + kv_chunk<D>((lane & 7) + ((lane >> 4) << 3), 2 * kk + ((lane >> 3) & 1));
+            fwparts::mma_ab<T, false, 1, NN / 2>(s, a, kb, 0, 16 * D);
         }
         if (need_mask) {
 #pragma unroll
@@ -115,7 +115,9 @@ template <typename T, int D, int SB, int SD, int WN> struct rows_m_math {
         for (int kk = 0; kk < KN; kk++) {
             uint32_t a[1][4];
             fwparts::acc_to_a<T>(s[0][2 * kk], s[0][2 * kk + 1], a[0]);
-            fwparts::mma_ab<T, true, 1, ND / 2>(acc, a, sVs + v_lane, kk * 16 * SD, 16);
+            fwparts::mma_ab_at<T, true, 1, ND / 2>(acc, a, [&](int np) {
+                return sVs + kv_chunk<D>(kk * 16 + (lane & 15), 2 * np + (lane >> 4));
+            });
         }
     }
 
