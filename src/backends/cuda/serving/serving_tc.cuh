@@ -9,8 +9,8 @@
  * memory at the end. This kernel orchestrates the loads; the math is serving_tc_rows.cuh (query rows as
  * the MMA's M dimension) or, for BM = 8 (decode with up to 8 query heads a KV head: the four warps split
  * the keys), serving_tc_keys.cuh (keys as M: no m16 tile half padding). K/V tiles come in 16-byte cp.async
- * chunks through an ST-stage ring (serving_load.cuh: per-thread runs of rows, pages looked up once per
- * run or per row from a shared slice of the block table). A tile with a key on a page outside the pool
+ * chunks through an ST-stage ring of unpadded rows with XOR-swizzled chunks (serving_load.cuh: kv_chunk;
+ * per-thread runs of rows, pages looked up once per run or per row from a shared slice of the block table). A tile with a key on a page outside the pool
  * is masked key by key from that slice; the others skip the mask. With split-KV the block writes a
  * normalised f32 partial and its LSE to the workspace, merged by fwsrv::merge_kernel. */
 #ifndef FW_CUDA_SERVING_TC_CUH
