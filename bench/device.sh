@@ -43,8 +43,9 @@ Commands run in the order given (minutes on one H100 in brackets):
   serving   decode (bf16 D=128, the issue's five shapes; contiguous, paged 16 and 1) and ragged prefill
             beside SDPA cudnn/flash/efficient and varlen_attn, % of the copy bandwidth, J/token and
             tokens per joule of every decode configuration beside cuDNN's (bench/serving_sdpa.py
-            --configs --energy); flashwatt bench --suite decode; flashwatt tune --suite decode (the
-            decode buckets' tuning table: each bucket's fastest and least-energy configuration) [7]
+            --configs --energy); flashwatt bench --suite decode [7]
+  decodetune  flashwatt tune --suite decode (the decode buckets' tuning table: each bucket's fastest and
+            least-energy configuration) [5]
   pytest    python/tests with the GPU, and python/examples/gpt_block.py [2]
   floors    memory_floor (reads Q, K, V and writes O once: the floor of the short shapes),
             launch_overhead (what a call costs the host before its kernel runs) and decode_floor (the
@@ -85,7 +86,7 @@ while [ $# -gt 0 ]; do
         --variants) VARIANTS=1 ;;
         --ext) EXT=1 ;;
         all) CMDS+=(build test sanitize fwd bwd f32 f32bwd pytest) ;;
-        build | test | sanitize | fwd | bwd | f32 | f32bwd | sdpa | serving | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
+        build | test | sanitize | fwd | bwd | f32 | f32bwd | sdpa | serving | decodetune | energy | pytest | floors | overhead | cpu) CMDS+=("$1") ;;
         *) echo "device.sh: unknown command or option '$1' (bench/device.sh help lists them)" >&2; exit 2 ;;
     esac
     shift
@@ -388,7 +389,8 @@ cmd_serving() {
     py 590 serving.log bench/serving_sdpa.py --configs --energy --json "$LOGS/serving.json" "${QUICK_ARG[@]}"
     rc=$?
     [ $rc = 0 ] || tail -20 "$LOGS/serving.log"
-    grep -E "^# device copy|tokens per joule" "$LOGS/serving.log" | grep -E "copy|fw cache  |fw cache srv|sdpa" | head -60
+    # the heuristic's configuration against cuDNN a shape; every configuration's line is in serving.log
+    grep -E "^# device copy|^## decode|^  fw cache +[0-9.]+x cuDNN's tokens per joule" "$LOGS/serving.log"
     sed -n '/## summary/,$p' "$LOGS/serving.log"
     record "serving: decode, prefill vs SDPA" "$(verdict $rc)" $((SECONDS - t0)) "summary above; serving.json"
 
@@ -398,7 +400,11 @@ cmd_serving() {
     rc=$?
     grep -A12 "^backend .* % copy" "$LOGS/bench_decode.log" | head -30
     record "serving: bench --suite decode" "$(verdict $rc)" $((SECONDS - t0)) "exit $rc"
+}
 
+cmd_decodetune() {
+    need_build
+    local t0=$SECONDS rc
     step "flashwatt tune --suite decode: each bucket's default, fastest and least-energy configuration"
     t0=$SECONDS
     logged 300 tune_decode.log "$BUILD/flashwatt" tune --suite decode --backend cuda-flash --budget-s 240 --cooldown 0.3 \
