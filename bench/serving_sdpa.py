@@ -315,9 +315,8 @@ def decode_rows(args, copy_gbs, configs):
     shapes = DECODE[:2] if args.quick else DECODE
     if args.shapes:
         shapes = [DECODE[int(i)] for i in args.shapes.split(",")]
-    for B, H, Hkv, L in shapes:
-        D = 128
-        torch.manual_seed(B * 7 + L)
+    for (B, H, Hkv, L), D in [(sh, d) for d in (int(x) for x in args.head_dims.split(",")) for sh in shapes]:
+        torch.manual_seed(B * 7 + L + D)
         q = torch.randn(B, 1, H, D, dtype=torch.bfloat16, device="cuda")
         kc = torch.randn(B, L, Hkv, D, dtype=torch.bfloat16, device="cuda")
         vc = torch.randn_like(kc)
@@ -340,7 +339,7 @@ def decode_rows(args, copy_gbs, configs):
             name = f"fw paged{ps}" + (" in order" if ordered else "")
             todo.append((name, fw_cache(Ctx(workspace_for=(B, H, Hkv, D, 1, L)), q, kp, vp, seqlens, o, table)))
             outs[name] = o
-        for name, cfg in configs:
+        for name, cfg in configs if D == 128 else []:  # the configurations compiled for the table's head dim
             o = torch.empty_like(q)
             todo.append((f"fw cache {name}", fw_cache(Ctx(cfg, workspace_for=(B, H, Hkv, D, 1, L)), q, kc, vc, seqlens, o)))
         ref = None
@@ -357,7 +356,7 @@ def decode_rows(args, copy_gbs, configs):
         torch.cuda.synchronize()
         us = time_all(todo, args.reps, args.warmup, args.graph, args.window_us)
         best = min((t for n, t in us.items() if n.startswith("sdpa")), default=None)
-        shape = f"B={B} {H}/{Hkv} L={L}"
+        shape = f"B={B} {H}/{Hkv} L={L}" + (f" D={D}" if D != 128 else "")
         print(f"\n## decode {shape}: K+V {kv_bytes / 1e6:.0f} MB, copy-bound {kv_bytes / (copy_gbs * 1e9) * 1e6:.1f} us")
         for name, t in us.items():
             gbs = kv_bytes / (t * 1e-6) / 1e9
@@ -477,6 +476,7 @@ def main():
     ap.add_argument("--configs", action="store_true", help="also every cuda-flash serving configuration (KV-cache call)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--shapes", default="", help="decode shapes by index into the table (e.g. 0,2)")
+    ap.add_argument("--head-dims", default="128", help="head dims of the decode rows (e.g. 64,128,256; default 128)")
     ap.add_argument("--ordered", action="store_true", help="also paged caches whose pages are in order")
     ap.add_argument("--no-prefill", action="store_true", help="skip the ragged prefill rows")
     ap.add_argument("--energy", action="store_true",
