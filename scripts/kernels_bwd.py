@@ -92,14 +92,9 @@ def check_table(recs):
             fail(f"kernels.tsv: head dim {d}'s bwd.cores record needs the varlen option (every ragged backward's fallback)")
 
 
-def fused_dq(d, bm, ovl):
-    """The atomic mode's dQ computed in the overlapped kernel and added by bulk reductions (kernel_dkdv_wg.cuh)."""
-    return ovl and d == 128 and bm == 64
-
-
-def wg_smem(d, bm, st, atomic, ovl=False):
+def wg_smem(d, bm, st, atomic):
     return (1024 + 2 * 128 * d * 2 + 2 * st * bm * d * 2 + ((st * 2 * bm * 4 + 1023) & ~1023)
-            + (2 * 64 * bm * 2 if atomic else 0) + (2 * bm * (d // 2 + 8) * 4 if atomic and fused_dq(d, bm, ovl) else 0))
+            + (2 * 64 * bm * 2 if atomic else 0))
 
 
 def kv_smem(r, atomic):
@@ -115,8 +110,6 @@ def kv_smem(r, atomic):
     if f == "bwd.mma2d":
         sd = d + 8
         return 2 * 128 * sd * 2 + 2 * (2 * 64 * sd * 2) + 2 * (2 * 64 * 4) + 2 * 128 * 72 * 2
-    if f == "bwd.wg" and atomic and fused_dq(d, bm, r["ovl"]):
-        return wg_smem(d, bm, r["stages"], atomic, True)
     return wg_smem(d, bm, 2 if atomic else r["stages"], atomic)  # ws: its cp.async fallback's
 
 
@@ -148,7 +141,7 @@ def structs(r):
 
     def wg(bm, st, ovl):
         name = f"d{d}_kv_wg_bm{bm}_s{st}" + ("_ovl" if ovl else "")
-        plain = name if fused_dq(d, bm, ovl) else f"d{d}_kv_wg_bm{bm}_s2"
+        plain = f"d{d}_kv_wg_bm{bm}_s2"
         return (name, 3 if ovl else 2,
                 f"struct {name} {{\n    static constexpr kv_kernel KIND = kv_kernel::wg;\n{pre}BM = {bm}, STAGES = {st};\n"
                 f"    static constexpr bool OVERLAP = {'true' if ovl else 'false'};\n    using ATOMIC_KV = {plain};\n}};\n")

@@ -123,15 +123,10 @@ template <typename T, int D, int BM, dq_mode DQ> struct dkdv_rows {
  * issued together with step it-1's dV/dK products, and step it's element-wise work runs while the latter
  * finish. wait_step(it): step it's data has landed; released(it): every product has read step it's stage.
  * issue_sdp, issue_dvdk, elementwise(it): the kernel's step-indexed views of w's members. */
-struct no_step {
-    __device__ __forceinline__ void operator()(int) const {}
-};
-
-/* after_step(it): runs once step it's Pᵀ, dSᵀ are A operands and no product is in flight (the fused dQ). */
-template <class Rows, class Wait, class Released, class Sdp, class Dvdk, class Elementwise, class After = no_step>
+template <class Rows, class Wait, class Released, class Sdp, class Dvdk, class Elementwise>
 __device__ __forceinline__ void dkdv_overlapped(Rows &w, int total, const Wait &wait_step, const Released &released,
                                                 const Sdp &issue_sdp, const Dvdk &issue_dvdk,
-                                                const Elementwise &elementwise, const After &after_step = After())
+                                                const Elementwise &elementwise)
 {
     using namespace fwparts;
     if (total > 0) {
@@ -142,7 +137,6 @@ __device__ __forceinline__ void dkdv_overlapped(Rows &w, int total, const Wait &
         wgmma_reg_fence(w.dp);
         elementwise(0);
         w.to_a();
-        after_step(0);
     }
 #pragma unroll 1
     for (int it = 1; it < total; it++) {
@@ -158,7 +152,6 @@ __device__ __forceinline__ void dkdv_overlapped(Rows &w, int total, const Wait &
         wgmma_reg_fence(w.dv);
         released(it - 1);
         w.to_a();
-        after_step(it);
     }
     if (total > 0) {
         issue_dvdk(total - 1);

@@ -5,10 +5,7 @@
  * and Δ as in the mma.sync kernels). Atomic mode: dSᵀ to shared memory, dQ_i += scale · dS K_c (A = dS M-major,
  * B = K N-major, both from shared memory), added into the f32 accumulator with float2 atomics (epilogue.cuh):
  * each warpgroup adds the part from its own 64 keys, so the warpgroups never wait for each other. OVERLAP
- * (3 stages): dkdv_overlapped's schedule; in the atomic mode (FUSED: D = 128, BM = 64) with dQ of each step by
- * wgmma over all 128 keys, warpgroup c taking dQ's columns 64c..64c+63, staged in shared memory and added to
- * the f32 accumulator a row at a time by bulk reductions (cp.reduce.async.bulk .add.f32): five products a
- * step in one kernel where the deterministic mode's dQ kernel computes Sᵀ and dPᵀ again.
+ * (deterministic, 3 stages): dkdv_overlapped's schedule.
  *
  * C: a configuration (kernel_common.cuh: kv_kernel::wg) with D, BM, STAGES, OVERLAP. VARLEN: a ragged batch
  * (kernel_common.cuh: ragged_block). */
@@ -31,12 +28,8 @@ template <class C, dq_mode DQ> struct dkdv_wg_geom {
     static constexpr uint32_t QD_BYTES = BM * D * 2;                /* Q or dO of one stage */
     static constexpr uint32_t STAT_BYTES = 2 * BM * 4;              /* lse2, Δ of one stage */
     static constexpr uint32_t DS_BYTES = ATOMIC ? 2 * 64 * BM * 2 : 0; /* dSᵀ of each warpgroup */
-    static constexpr bool FUSED = ATOMIC && C::OVERLAP;
-    /* FUSED: each warpgroup's BM x D/2 f32 part of dQ, rows of D/2 + 8 floats (conflict-free float2 stores) */
-    static constexpr int DQS = D / 2 + 8;
-    static constexpr uint32_t DQS_BYTES = FUSED ? 2 * BM * DQS * 4 : 0;
-    static constexpr size_t SMEM = 1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES +
-                                   ((ST * STAT_BYTES + 1023) & ~1023u) + DS_BYTES + DQS_BYTES;
+    static constexpr size_t SMEM =
+        1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + ((ST * STAT_BYTES + 1023) & ~1023u) + DS_BYTES;
 };
 
 template <typename T, class C, dq_mode DQ, bool VARLEN = false>
@@ -45,8 +38,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = dkdv_wg_geom<C, DQ>;
     constexpr bool ATOMIC = G::ATOMIC, OVL = C::OVERLAP;
-    static_assert(!OVL || G::ST == 3, "the overlapped schedule has 3 stages");
-    static_assert(!G::FUSED || (C::D == 128 && G::BM == 64), "the fused dQ: head dim 128, 64 query rows a step");
+    static_assert(!OVL || (!ATOMIC && G::ST == 3), "the overlapped schedule is deterministic, 3 stages");
     constexpr int D = C::D, NT = 256, BN = G::BN, BM = G::BM;
     constexpr int ND = D / 8, KK = 64 / 16;
     using namespace fwparts;
@@ -60,7 +52,6 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params 
     /* warpgroup c's dSᵀ at +c·64·BM·2: BM/64 blocks of 64 keys x 64 queries (M-major for dQ's A) */
     const uint32_t sdS = sStat + ((G::ST * G::STAT_BYTES + 1023) & ~1023u);
     const float *stat_f = reinterpret_cast<const float *>(smem_raw + (sStat - raw));
-    const uint32_t sDQ = sdS + G::DS_BYTES; /* FUSED: warpgroup c's dQ part at +c·BM·DQS·4 */
 
     fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
     fwparts::tile_coord tile;
@@ -124,58 +115,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params 
         cp_async_commit();
     };
 
-    if constexpr (G::FUSED) {
-        /* dQ_i of step it (BM x D) = scale · dS K: A = dS over all 128 keys (the two warpgroups' dSᵀ blocks in
-         * turn, M-major), B = K's column block c (N-major); into w.s, free once Pᵀ is an A operand. */
-        auto fused_dq = [&](int it) {
-            /* dPᵀ's and (after the stores below) Sᵀ's values are dead until the next step's products overwrite
-             * them; zeros the compiler can rematerialise keep their registers free meanwhile */
-#pragma unroll
-            for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) w.dp[j][e] = 0.f;
-            fence_proxy_async(); /* this thread's dSᵀ stores, read by the warpgroups' wgmma */
-            named_sync(1, 256);  /* both warpgroups' dSᵀ of step it are in shared memory */
-            const uint64_t da = sw128_desc(sdS, 64 * 128, 1024);
-            const uint64_t db = sw128_desc(sK + (uint32_t)(wgc * BN * 128), BN * 128, 1024);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_ss_tt<T, 64>(w.s, da + (uint64_t)(kk * 128), db + (uint64_t)(kk * 128), kk > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_reg_fence(w.s);
-            wgmma_reg_fence(w.dk);
-            wgmma_reg_fence(w.dv);
-            const int h = kb.head(p, it), m0 = kb.row0(it), wrow = (warp & 3) * 16;
-            float *accg = p.dq_acc + (((long long)b * p.H + h) * p.Lq) * p.d;
-            if (p.d != D) { /* rows narrower than the tile: element-wise atomics */
-                atomic_add_dq_rows<8>(p, accg, w.s, m0 + wrow, wgc * 64, g, t4);
-                return;
-            }
-            const uint32_t part = sDQ + (uint32_t)(wgc * BM * G::DQS * 4);
-            float *rows = reinterpret_cast<float *>(smem_raw + (part - raw));
-            if (lane < 16) bulk_wait_read(); /* the previous step's reduction has read this warp's rows */
-            __syncwarp();
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-                    *reinterpret_cast<float2 *>(rows + (wrow + g + r * 8) * G::DQS + j * 8 + t4 * 2) =
-                        make_float2(w.s[j][r * 2] * p.scale, w.s[j][r * 2 + 1] * p.scale);
-            fence_proxy_async(); /* the rows, written by these threads, are read by the bulk reductions */
-            __syncwarp();
-            if (lane < 16 && m0 + wrow + lane < p.Lq)
-                bulk_reduce_add_f32(accg + (long long)(m0 + wrow + lane) * p.d + wgc * 64,
-                                    part + (uint32_t)((wrow + lane) * G::DQS * 4), 64 * 4);
-#pragma unroll
-            for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) w.s[j][e] = 0.f;
-        };
-        dkdv_overlapped(w, total, next_stage, [](int) {}, issue_sdp, issue_dvdk, elementwise, fused_dq);
-        bulk_wait_all(); /* every reduction has read its rows before the block's shared memory goes */
-    } else if constexpr (OVL) {
+    if constexpr (OVL) {
         dkdv_overlapped(w, total, next_stage, [](int) {}, issue_sdp, issue_dvdk, elementwise);
     } else {
 #pragma unroll 1

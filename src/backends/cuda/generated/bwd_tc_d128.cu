@@ -41,7 +41,7 @@ struct d128_kv_wg_bm64_s3_ovl {
     static constexpr kv_kernel KIND = kv_kernel::wg;
     static constexpr int D = 128, BM = 64, STAGES = 3;
     static constexpr bool OVERLAP = true;
-    using ATOMIC_KV = d128_kv_wg_bm64_s3_ovl;
+    using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
 
 struct d128_dq_mma_w4_mt2_bn32 {
@@ -86,10 +86,10 @@ static_assert(tc_smem<d128_kv_wg_bm64_s2, d128_dq_mma_w4_mt2_bn32>(dq_mode::atom
 static_assert(tc_smem<d128_kv_wg_bm64_s2, d128_dq_wg_bn64_s3>(dq_mode::atomic) == 149504 &&
                   tc_smem<d128_kv_wg_bm64_s2, d128_dq_wg_bn64_s3>(dq_mode::deterministic) == 164864,
               "kernels.tsv: shared memory of wg-bm64-dq-wg-bn64");
-static_assert(tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_wg_bn64_s3>(dq_mode::atomic) == 220160 &&
+static_assert(tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_wg_bn64_s3>(dq_mode::atomic) == 149504 &&
                   tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_wg_bn64_s3>(dq_mode::deterministic) == 166912,
               "kernels.tsv: shared memory of wg-bm64-ovl-dq-wg-bn64");
-static_assert(tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_ws_bn64_s3>(dq_mode::atomic) == 220160 &&
+static_assert(tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_ws_bn64_s3>(dq_mode::atomic) == 149504 &&
                   tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_ws_bn64_s3>(dq_mode::deterministic) == 166912,
               "kernels.tsv: shared memory of wg-bm64-ovl-dq-ws-bn64");
 

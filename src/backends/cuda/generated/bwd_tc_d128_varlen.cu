@@ -27,7 +27,7 @@ struct d128_kv_wg_bm64_s3_ovl {
     static constexpr kv_kernel KIND = kv_kernel::wg;
     static constexpr int D = 128, BM = 64, STAGES = 3;
     static constexpr bool OVERLAP = true;
-    using ATOMIC_KV = d128_kv_wg_bm64_s3_ovl;
+    using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
 
 struct d128_dq_mma_w4_mt2_bn32 {
