@@ -198,6 +198,11 @@ static void gqa_and_dims(void)
         c = serving(FW_CASE_KVCACHE, 3, one, cached, 16, 16 / ratio, 64, FW_F32);
         c.page_size = 16;
         check_case(c, "gqa-decode");
+        /* FlashAttention's cache layout, where cpu-flash's decode items take every kv head of a key's row */
+        c.layout_bshd = 1;
+        check_case(c, "gqa-decode-bshd");
+        c.page_size = 0;
+        check_case(c, "gqa-decode-bshd-contiguous");
     }
     const int64_t dims[] = {64, 128, 256};
     for (int i = 0; i < 3; i++) {
@@ -260,6 +265,22 @@ static void kv_caches(void)
     check_case(c, "decode-long");
     c.page_size = 256;
     check_case(c, "decode-long-paged");
+    /* the same over 4 kv heads in FlashAttention's layout: the long sequence's item (every kv head) split and
+     * merged; pages of 1 (tiles across pages, copied) and 8 (tiles inside pages) and a window */
+    c = serving(FW_CASE_KVCACHE, 4, one, lcached, 8, 4, 128, FW_F32);
+    c.layout_bshd = 1;
+    check_case(c, "decode-long-bshd");
+    const int32_t pss[] = {1, 8};
+    for (int i = 0; i < 2; i++) {
+        c.page_size = pss[i];
+        c.params.causal = 1;
+        c.params.window_left = 1500;
+        check_case(c, "decode-long-bshd-paged-window");
+    }
+    c = serving(FW_CASE_KVCACHE, 4, one, lcached, 8, 4, 40, FW_BF16);
+    c.layout_bshd = 1;
+    c.pad = 8;
+    check_case(c, "decode-long-bshd-bf16-pad");
 }
 
 /* cpu-flash's configurations (block sizes, forced splits) on a paged ragged case with append. */

@@ -95,11 +95,13 @@ void fw_shape_set_serving(fw_shape *s, const fw_serving_shape *sv)
     }
 }
 
-/* A decode batch: B sequences of one new token against `keys` cached ones. */
+/* A decode batch: B sequences of one new token against `keys` cached ones, the cache in FlashAttention's
+ * layout ((B, L, H_kv, D), pages (num_pages, page_size, H_kv, D)), as engines and the Python call pass it. */
 static fw_shape decode(fw_serving_shape *sv, int B, int64_t heads, int64_t kv_heads, int keys, fw_dtype t, int page_size)
 {
     fw_shape s = shape(B, heads, 1, 128, t, 0);
     s.kv_heads = kv_heads;
+    s.layout_bshd = 1;
     memset(sv, 0, sizeof *sv);
     sv->kind = FW_CASE_KVCACHE;
     sv->nseq = B;

@@ -7,8 +7,8 @@
 
 #define FLASH_WS_MAX_BYTES (1024.0 * 1024 * 1024) /* split-KV partials: fewer splits beyond this */
 
-/* Items for query blocks of BM rows and n_gc chunks per kv head (empty sequences have none). */
-static int64_t count_items(const fw_problem *p, int64_t BM, int64_t n_gc)
+/* Items for query blocks of BM rows and n_gc chunks per nh kv heads (empty sequences have none). */
+static int64_t count_items(const fw_problem *p, int64_t BM, int64_t n_gc, int64_t nh)
 {
     int64_t blocks = 0;
     for (int64_t b = 0; b < p->batch; b++) {
@@ -16,7 +16,7 @@ static int64_t count_items(const fw_problem *p, int64_t BM, int64_t n_gc)
         fw_seq_q(p, b, &r0, &lq);
         blocks += (lq + BM - 1) / BM;
     }
-    return blocks * p->kv_heads * n_gc;
+    return blocks * (p->kv_heads / nh) * n_gc;
 }
 
 /* Largest first; ties in a fixed order (sequence, row, head) so the schedule is reproducible. */
@@ -52,7 +52,7 @@ static int make_items(flash_plan *pl)
 {
     const fw_problem *p = pl->p;
     const int64_t n_gc = (p->group + pl->gc - 1) / pl->gc;
-    pl->n_items = count_items(p, pl->BM, n_gc);
+    pl->n_items = count_items(p, pl->BM, n_gc, pl->nh);
     pl->items = (flash_item *)fw_malloc((size_t)(pl->n_items > 0 ? pl->n_items : 1) * sizeof(flash_item));
     if (!pl->items) return 0;
     int64_t n = 0;
@@ -67,12 +67,13 @@ static int make_items(flash_plan *pl)
             it.nq = i0 + pl->BM <= lq ? pl->BM : lq - i0;
             double pairs;
             block_keys(p, lq, lk, i0, it.nq, &it.klo, &it.khi, &pairs);
-            for (int64_t hk = 0; hk < p->kv_heads; hk++)
+            for (int64_t hk = 0; hk < p->kv_heads; hk += pl->nh)
                 for (int64_t g0 = 0; g0 < p->group; g0 += pl->gc) {
                     it.hk = hk;
+                    it.nh = pl->nh;
                     it.g0 = g0;
                     it.ng = g0 + pl->gc <= p->group ? pl->gc : p->group - g0;
-                    it.cost = pairs * (double)it.ng;
+                    it.cost = pairs * (double)(it.ng * it.nh);
                     pl->items[n++] = it;
                 }
         }
@@ -101,7 +102,8 @@ static void choose_splits(flash_plan *pl, const fw_config *cfg, int threads)
         double bytes = 0;
         for (int64_t i = 0; i < pl->n_items; i++)
             if (pl->items[i].nsplit > 1)
-                bytes += (double)pl->items[i].nsplit * (double)(pl->items[i].ng * pl->items[i].nq) * (double)(pl->D + 1) * 4.0;
+                bytes += (double)pl->items[i].nsplit * (double)(pl->items[i].nh * pl->items[i].ng * pl->items[i].nq) *
+                         (double)(pl->D + 1) * 4.0;
         if (bytes <= FLASH_WS_MAX_BYTES) break;
         for (int64_t i = 0; i < pl->n_items; i++) pl->items[i].nsplit /= pl->items[i].nsplit > 1 ? 2 : 1;
     }
@@ -122,12 +124,19 @@ fw_status fw_flash_plan_make(flash_plan *pl, const fw_config *cfg, int threads, 
         if (gc < 1) gc = 1;
         if (gc > p->group) gc = p->group;
         pl->gc = gc;
-        const int64_t n = count_items(p, pl->BM, (p->group + gc - 1) / gc);
+        const int64_t n = count_items(p, pl->BM, (p->group + gc - 1) / gc, 1);
         if ((cfg && cfg->block_m > 0) || bm <= 32 || n >= 4 * (int64_t)threads) break;
         bm /= 2;
     }
     pl->max_rows = pl->gc * pl->BM;
-    pl->max_panels = (pl->max_rows + pl->PR - 1) / pl->PR;
+    pl->head_panels = (pl->max_rows + pl->PR - 1) / pl->PR;
+    /* Decode (one panel a kv head) over keys whose rows hold every kv head, as FlashAttention's (B, L, H_kv, D)
+     * caches do: an item takes all the kv heads and reads each key tile's rows whole, head after head. One
+     * head's slice of every row alone (512 of 4096 bytes at 32/8 heads, D = 128, f32) gives the hardware
+     * prefetcher nothing to follow: a bare read of that pattern ran at 0.5-0.6x whole rows on 2 cores. */
+    const int interleaved = p->k_stride[1] < p->k_stride[2] && p->v_stride[1] < p->v_stride[2];
+    pl->nh = pl->head_panels == 1 && p->kv_heads > 1 && interleaved ? p->kv_heads : 1;
+    pl->max_panels = pl->nh * pl->head_panels;
     if (!make_items(pl)) goto oom;
     choose_splits(pl, cfg, threads);
 
@@ -139,7 +148,7 @@ fw_status fw_flash_plan_make(flash_plan *pl, const fw_config *cfg, int threads, 
         pl->n_units += it->nsplit;
         if (it->nsplit > 1) {
             it->ws_row = ws_rows;
-            ws_rows += it->nsplit * it->ng * it->nq;
+            ws_rows += it->nsplit * it->nh * it->ng * it->nq;
             pl->n_split_items++;
         }
     }

@@ -11,12 +11,13 @@
 #define FLASH_MAX_ITEM_ROWS 512 /* rows of one item: block_m x group chunk, bounds per-thread memory */
 #define FLASH_DEFAULT_BN 64
 
-/* One item: nq query rows from row i0 of sequence b, for heads hk·group + g0 .. + ng - 1. */
+/* One item: nq query rows from row i0 of sequence b, for heads hk'·group + g0 .. + ng - 1 of each kv head hk'
+ * from hk to hk + nh - 1. */
 typedef struct flash_item {
     int64_t b, i0, nq;
     int64_t lq, lk;      /* the sequence's query and key counts */
     int64_t klo, khi;    /* keys any of its rows sees: [klo, khi), empty when klo >= khi */
-    int64_t hk, g0, ng;
+    int64_t hk, g0, ng, nh;
     int64_t nsplit;      /* parts its key tiles are cut into (1: no split-KV) */
     int64_t ws_row;      /* nsplit > 1: first row of its partials in the workspace */
     double cost;         /* visible (row, key) pairs */
@@ -32,7 +33,9 @@ typedef struct flash_plan {
     const fw_flash_isa *isa;
     fw_flash_panel_fn panel;
     int64_t D, dp, PR, BM, BN, gc;   /* gc: heads per group chunk */
-    int64_t max_rows, max_panels;    /* per item */
+    int64_t nh;                      /* kv heads an item covers (1, or all where heads share each key's row) */
+    int64_t head_panels;             /* panels of one kv head's rows in an item */
+    int64_t max_rows, max_panels;    /* per item: rows of one kv head, panels of all its kv heads */
     flash_item *items;               /* largest first */
     int64_t n_items;
     flash_unit *units;               /* (item, part) in the order threads take them */
