@@ -182,6 +182,13 @@ static void ragged(void)
     c.params.causal = 1;
     c.layout_bshd = 1;
     check_case(c, "ragged-bf16-bshd");
+    /* few query rows a sequence over 4 kv heads in the packed (total, H_kv, D) layout: cpu-flash's items over
+     * every kv head, empty sequences and one without keys among them */
+    const int32_t fq[] = {1, 2, 0, 1, 3}, fk[] = {300, 41, 7, 0, 129};
+    c = serving(FW_CASE_VARLEN, 5, fq, fk, 8, 4, 64, FW_F32);
+    c.params.causal = 1;
+    c.layout_bshd = 1;
+    check_case(c, "ragged-few-rows-bshd");
     c = serving(FW_CASE_VARLEN, n, MIXED, MIXED, 2, 2, 40, FW_F16);
     c.pad = 3;
     check_case(c, "ragged-f16-pad");
