@@ -146,7 +146,7 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t item, int6
     const fw_flash_isa *isa = pl->isa;
     const flash_item *it = &pl->items[item];
     const int64_t D = pl->D, dp = pl->dp, PR = pl->PR, BN = pl->BN;
-    const int64_t b = it->b, hk = it->hk, i0 = it->i0, nq = it->nq, g0 = it->g0, ng = it->ng, nh = it->nh;
+    const int64_t b = it->b, hk = it->hk, i0 = it->i0, nq = it->nq, g0 = it->g0, ng = it->ng, nh = pl->nh;
     /* a kv head's rows (hrows of them, rho = g * nq + (i - i0)) fill hpan panels; kv head hh of the item
      * (kv head hk + hh) has the panels from hh * hpan, its rows from hh * hpan * PR */
     const int64_t hrows = ng * nq, hpan = (hrows + PR - 1) / PR, npan = nh * hpan, hspan = hpan * PR;
@@ -309,7 +309,7 @@ static void merge_item(const flash_plan *pl, int64_t item, float *orow)
 {
     const fw_problem *p = pl->p;
     const flash_item *it = &pl->items[item];
-    const int64_t D = pl->D, S = it->nsplit, hrows = it->ng * it->nq, rows = it->nh * hrows;
+    const int64_t D = pl->D, S = it->nsplit, hrows = it->ng * it->nq, rows = pl->nh * hrows;
     for (int64_t rho = 0; rho < rows; rho++) {
         const float *ws_lse = pl->ws_lse + it->ws_row + rho;
         const float *ws_o = pl->ws_o + (it->ws_row + rho) * D;
@@ -370,7 +370,7 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
      * 8 keys 75-78% of the copy bandwidth, 32 keys 55-74%, 64 keys 33-38%). Small pages: one page per tile,
      * read in place, rather than tiles across pages that must be copied (page size 16, one kv head an item:
      * 45-47% against 41-44%). */
-    if (pl.head_panels == 1 && pl.nh > 1) pl.BN = round_up(FLASH_HEADS_BN, pl.isa->key_align);
+    if (pl.nh > 1) pl.BN = round_up(FLASH_HEADS_BN, pl.isa->key_align); /* nh > 1: one panel a kv head */
     if (p->block_table && pl.head_panels == 1 && p->page_size % pl.isa->key_align == 0 && p->page_size < pl.BN)
         pl.BN = p->page_size;
     /* every buffer is taken before anything is written (the cache's new rows included) */

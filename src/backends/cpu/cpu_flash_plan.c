@@ -70,10 +70,9 @@ static int make_items(flash_plan *pl)
             for (int64_t hk = 0; hk < p->kv_heads; hk += pl->nh)
                 for (int64_t g0 = 0; g0 < p->group; g0 += pl->gc) {
                     it.hk = hk;
-                    it.nh = pl->nh;
                     it.g0 = g0;
                     it.ng = g0 + pl->gc <= p->group ? pl->gc : p->group - g0;
-                    it.cost = pairs * (double)(it.ng * it.nh);
+                    it.cost = pairs * (double)(it.ng * pl->nh);
                     pl->items[n++] = it;
                 }
         }
@@ -102,7 +101,7 @@ static void choose_splits(flash_plan *pl, const fw_config *cfg, int threads)
         double bytes = 0;
         for (int64_t i = 0; i < pl->n_items; i++)
             if (pl->items[i].nsplit > 1)
-                bytes += (double)pl->items[i].nsplit * (double)(pl->items[i].nh * pl->items[i].ng * pl->items[i].nq) *
+                bytes += (double)pl->items[i].nsplit * (double)(pl->nh * pl->items[i].ng * pl->items[i].nq) *
                          (double)(pl->D + 1) * 4.0;
         if (bytes <= FLASH_WS_MAX_BYTES) break;
         for (int64_t i = 0; i < pl->n_items; i++) pl->items[i].nsplit /= pl->items[i].nsplit > 1 ? 2 : 1;
@@ -148,7 +147,7 @@ fw_status fw_flash_plan_make(flash_plan *pl, const fw_config *cfg, int threads, 
         pl->n_units += it->nsplit;
         if (it->nsplit > 1) {
             it->ws_row = ws_rows;
-            ws_rows += it->nsplit * it->nh * it->ng * it->nq;
+            ws_rows += it->nsplit * pl->nh * it->ng * it->nq;
             pl->n_split_items++;
         }
     }

@@ -12,12 +12,12 @@
 #define FLASH_DEFAULT_BN 64
 
 /* One item: nq query rows from row i0 of sequence b, for heads hk'·group + g0 .. + ng - 1 of each kv head hk'
- * from hk to hk + nh - 1. */
+ * from hk to hk + nh - 1 (flash_plan.nh). */
 typedef struct flash_item {
     int64_t b, i0, nq;
     int64_t lq, lk;      /* the sequence's query and key counts */
     int64_t klo, khi;    /* keys any of its rows sees: [klo, khi), empty when klo >= khi */
-    int64_t hk, g0, ng, nh;
+    int64_t hk, g0, ng;
     int64_t nsplit;      /* parts its key tiles are cut into (1: no split-KV) */
     int64_t ws_row;      /* nsplit > 1: first row of its partials in the workspace */
     double cost;         /* visible (row, key) pairs */
