@@ -406,7 +406,6 @@ cmd_decodetune() {
     need_build
     local t0=$SECONDS rc
     step "flashwatt tune --suite decode: each bucket's default, fastest and least-energy configuration"
-    t0=$SECONDS
     logged 300 tune_decode.log "$BUILD/flashwatt" tune --suite decode --backend cuda-flash --budget-s 240 --cooldown 0.3 \
         --max-ref-s 0 --out "$LOGS/tuning-decode.txt"
     rc=$?

@@ -1,8 +1,8 @@
 /* The K/V tile loads of cuda-flash's serving kernel (serving_tc.cuh).
  *
  * Thread tid copies the 16-byte chunk column lcol = tid % (D / 8) of RPT consecutive rows t0 .. t0 +
- * RPT - 1 of every tile (into the stage's swizzled rows, kv_chunk) (t0 = (tid / (D / 8)) · RPT, RPT = 4 .. 16): a warp copies whole rows per
- * instruction, warp w copies rows w·BN/4 .. (w + 1)·BN/4 - 1 (with four warps side by side on the keys,
+ * RPT - 1 of every tile (t0 = (tid / (D / 8)) · RPT, RPT = 4 .. 16) into the stage's swizzled rows
+ * (kv_chunk): a warp copies whole rows per instruction, warp w copies rows w·BN/4 .. (w + 1)·BN/4 - 1 (with four warps side by side on the keys,
  * exactly the rows it computes on), and a thread's rows share a page wherever the page size is a
  * multiple of RPT. Addresses are a per-thread 64-bit base plus 32 x 32 -> 64-bit products of byte
  * strides below 2^32 (the host checks them): a few instructions a row instead of 64-bit products of
