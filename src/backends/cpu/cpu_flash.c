@@ -199,7 +199,7 @@ static void run_unit(const flash_plan *pl, flash_scratch *sc, int64_t item, int6
      * are fetched into L2 while this one is computed (B=4, 32/8 heads, D=128, 8192 keys, head-major
      * cache, 2 cores: 40-50% of the copy bandwidth with packed tiles, prefetched or not, or in place
      * without the fetch; 59-62% in place with it). Over every kv head the rows are read whole, which
-     * the hardware prefetcher follows: fetching as well cost 10-20 points there. */
+     * the hardware prefetcher follows: fetching as well cost 5-30 points there. */
     const int streaming = hpan == 1;
     const int64_t es = (int64_t)fw_dtype_size(p->dtype);
     for (int64_t t = t0; t < t1; t++) {
@@ -366,8 +366,9 @@ static fw_status flash_forward(const fw_problem *p, const fw_config *cfg, const 
     if (status != FW_OK) return status;
     /* Streaming items (one panel a kv head: decode). Those over every kv head read each tile's rows whole, head
      * after head, in tiles of 8 keys: the rows' other heads, which the hardware fetches with the first, are
-     * still in L1 when their turn comes (B=4, 32/8 heads, 8192 keys, D=128, 2 cores, AVX-512 and AVX2 alike:
-     * 8 keys 75-78% of the copy bandwidth, 32 keys 55-74%, 64 keys 33-38%). Small pages: one page per tile,
+     * still in L1 when their turn comes (B=4, 32/8 heads, 8192 keys, D=128, 2 cores, AVX-512 and AVX2 alike,
+     * contiguous cache: 8 keys 76-78% of the copy bandwidth, 16 keys 79-80% but 60-66% in pages of 16 where
+     * 8 keys keep 75-78%, 32 keys 55-65%, 64 keys 33-38%). Small pages: one page per tile,
      * read in place, rather than tiles across pages that must be copied (page size 16, one kv head an item:
      * 45-47% against 41-44%). */
     if (pl.nh > 1) pl.BN = round_up(FLASH_HEADS_BN, pl.isa->key_align); /* nh > 1: one panel a kv head */
