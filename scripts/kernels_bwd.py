@@ -110,7 +110,11 @@ def kv_smem(r, atomic):
     if f == "bwd.mma2d":
         sd = d + 8
         return 2 * 128 * sd * 2 + 2 * (2 * 64 * sd * 2) + 2 * (2 * 64 * 4) + 2 * 128 * 72 * 2
-    return wg_smem(d, bm, 2 if atomic else r["stages"], atomic)  # ws: its cp.async fallback's
+    a = wg_smem(d, bm, 2 if atomic else r["stages"], atomic)  # ws: its cp.async fallback's
+    if f == "bwd.ws" and atomic and d == 128:  # launch.cuh: fused_dq, the producer-warpgroup kernel with dQ in it
+        a = max(a, 1024 + 2 * 128 * d * 2 + 2 * 2 * bm * d * 2 + ((2 * 2 * bm * 4 + 1023) & ~1023)
+                + 2 * 2 * 64 * bm * 2 + 2 * bm * (d // 2) * 4 + 256)
+    return a
 
 
 def smem(r, atomic):

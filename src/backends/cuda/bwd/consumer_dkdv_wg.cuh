@@ -110,6 +110,25 @@ template <typename T, int D, int BM, dq_mode DQ> struct dkdv_rows {
         for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
         wgmma_commit();
     }
+    /* dV += Pᵀ dO and dK += dSᵀ Q alone, each issued and committed (the fused dQ's step) */
+    __device__ __forceinline__ void issue_dv(uint32_t sdO)
+    {
+        using namespace fwparts;
+        const uint64_t ddo_nm = sw128_desc(sdO, BM * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+        wgmma_commit();
+    }
+    __device__ __forceinline__ void issue_dk(uint32_t sQ)
+    {
+        using namespace fwparts;
+        const uint64_t dq_nm = sw128_desc(sQ, BM * 128, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+        wgmma_commit();
+    }
     __device__ __forceinline__ void store(const fw_bwd_tc_params &p, int n0, int b, int hk)
     {
         T *dkg = head_base<T>(p.dk, p.dk_s, b, hk);

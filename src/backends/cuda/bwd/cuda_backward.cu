@@ -54,6 +54,18 @@ static long long fw_bwd_stat_rows(const fw_problem *p)
     return p->kind == FW_CALL_VARLEN ? (long long)p->heads * p->total_q : (long long)p->batch * p->heads * p->seqlen_q;
 }
 
+/* The atomic dQ accumulator: rows of head_dim floats, or where the record fuses dQ into a dense batch's dK/dV kernel
+ * 64 x 64 tiles of 128 columns (at least as large: its fallbacks accumulate in rows in the same workspace). */
+static int dq_acc_tiled(const fw_problem *p, const fw_bwd_plan *plan)
+{
+    return plan->atomic && p->kind != FW_CALL_VARLEN && fw_bwd_fuses_dq(plan->record);
+}
+static size_t dq_acc_bytes(const fw_problem *p, int tiled)
+{
+    if (!tiled) return (size_t)fw_bwd_stat_rows(p) * (size_t)p->head_dim * sizeof(float);
+    return (size_t)p->batch * (size_t)p->heads * (size_t)((p->seqlen_q + 63) / 64) * 64 * 128 * sizeof(float);
+}
+
 /* The launches of a recompute plan, with the workspace already allocated. */
 static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd_args *a, const fw_exec *ex)
 {
@@ -70,7 +82,7 @@ static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd
     default: fw_bwd_launch_delta<__nv_bfloat16>(p, delta, stats, s, log2); break;
     }
     FW_CUDA_CHECK_LAUNCH();
-    if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, (size_t)rows * (size_t)p->head_dim * sizeof(float), s));
+    if (atomic) FW_CUDA_CHECK(cudaMemsetAsync(a->dq_acc, 0, dq_acc_bytes(p, a->dq_acc_tiled), s));
     const fw_bwd_launch_fn fn = varlen ? (p->dtype == FW_F32 ? r->varlen_f32 : p->dtype == FW_F16 ? r->varlen_f16 : r->varlen_bf16)
                                        : (p->dtype == FW_F32 ? r->f32 : p->dtype == FW_F16 ? r->f16 : r->bf16);
     if (!fn) { /* the heuristics hand f32 only to CUDA-core and tf32 records, ragged batches only to records with ragged kernels */
@@ -78,7 +90,11 @@ static fw_status fw_bwd_run(const fw_problem *p, const fw_bwd_plan *plan, fw_bwd
                fw_dtype_name(p->dtype));
         return FW_ERR_INVALID_VALUE;
     }
+    int tiled = 0; /* the accumulator's layout, as the launch used it (its fallback accumulates by rows) */
+    a->dq_acc_tiled_used = a->dq_acc_tiled ? &tiled : NULL;
     FW_CUDA_CHECK(fn(a, atomic, s));
+    a->dq_acc_tiled = tiled;
+    a->dq_acc_tiled_used = NULL;
     FW_CUDA_CHECK_LAUNCH();
     if (atomic) {
         switch (p->dtype) {
@@ -137,7 +153,8 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
     const size_t rows = (size_t)fw_bwd_stat_rows(p);
     const size_t rows16 = (rows + 3) & ~(size_t)3; /* lse2 starts 16-byte aligned (the TMA kernels' maps) */
     const size_t delta_bytes = (rows16 + (stats ? rows : 0)) * sizeof(float); /* Δ, and lse2 (or the LSE copy) */
-    const size_t acc_bytes = atomic ? rows * (size_t)p->head_dim * sizeof(float) : 0;
+    a.dq_acc_tiled = dq_acc_tiled(p, &plan);
+    const size_t acc_bytes = atomic ? dq_acc_bytes(p, a.dq_acc_tiled) : 0;
     void *delta = NULL, *acc = NULL;
     FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));
     if (atomic) {

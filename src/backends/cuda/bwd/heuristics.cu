@@ -24,13 +24,15 @@
 static const struct bwd_defaults {
     int d;
     const char *atomic, *deterministic, *det_short, *atomic_fallback, *det_fallback, *varlen_det;
+    const char *atomic_sm90; /* dense batches on sm_90a in the atomic mode (NULL: atomic) */
     const char *tf32, *varlen_tf32; /* f32 in the tf32 and 3xtf32 forms (deterministic mode) */
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
-     "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "tf32-bm64-w4-dq-mt2-bn32",
+     "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", NULL, "tf32-bm64-w4-dq-mt2-bn32",
      "tf32-bm64-w4-dq-mt2-bn32"},
     {128, "bm64-w8-2d-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", NULL, "bm64-w8-2d-dq-w4-mt2-bn32",
-     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", "tf32-bm16-w4-dq-mt1-bn16", "tf32-bm16-w4-dq-mt1-bn16"},
+     "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", "ws-bm64-dq-ws-bn64", "tf32-bm16-w4-dq-mt1-bn16",
+     "tf32-bm16-w4-dq-mt1-bn16"},
 };
 #define BWD_DET_SHORT_LK 1024
 
@@ -59,6 +61,8 @@ extern "C" const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name)
         if (!strcmp(rs[i].name, name)) return &rs[i];
     return NULL;
 }
+
+extern "C" int fw_bwd_fuses_dq(const fw_bwd_record *r) { return r->kernel == FW_BWD_WS && r->d == 128; }
 
 /* Every row of the tensor 16-byte aligned: strides multiples of per16 elements. */
 static int rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int per16 = 8)
@@ -160,6 +164,7 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
     const int dpad = fw_bwd_padded_dim(p->head_dim);
     const struct bwd_defaults *df = dpad == 64 ? &bwd_defaults[0] : &bwd_defaults[1];
     const char *name = f32                            ? (varlen ? df->varlen_tf32 : df->tf32)
+                       : atomic && df->atomic_sm90 && !varlen && fw_cuda_is_sm90a(di) ? df->atomic_sm90
                        : atomic                       ? df->atomic
                        : varlen                       ? df->varlen_det
                        : df->det_short && p->seqlen_k <= BWD_DET_SHORT_LK ? df->det_short
@@ -179,6 +184,17 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
     if (cfg_mode) return !strcmp(cfg_mode, BWD_ATOMIC_PREFIX);
     if (p->deterministic) return 0;
     return k->cuda_bwd_atomic;
+}
+
+/* Where no mode is asked for: head dim 128 (padded), 16-bit, dense, at least BWD_FUSED_DQ_MIN_LK keys, where the
+ * deterministic default r is a wgmma record: the atomic mode's kernel with dQ fused in (launch.cuh: fused_dq),
+ * 1.10-1.14x the deterministic pipeline at 4096-16384 keys on an H200, 0.96x at 2048 and 0.88x at 1024 (docs/PERF.md,
+ * "dQ modes on Hopper"). */
+#define BWD_FUSED_DQ_MIN_LK 4096
+static int fused_dq_default(const fw_problem *p, const fw_bwd_record *r, const fw_knobs *k)
+{
+    return r && !k->cuda_bwd_config[0] && r->arch == 90 && r->kernel != FW_BWD_TF32 && r->d == 128 &&
+           p->kind == FW_CALL_DENSE && p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
 }
 
 /* Splits "bwd-<mode>[:<record>]" into its mode and record (NULL: none); 0 if the name is no such name. */
@@ -253,10 +269,11 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
     const fw_bwd_record *r;
     if (atomic < 0) {
         /* On Hopper the deterministic pipeline of wgmma kernels (dK/dV, then dQ) beat the atomic one at every
-         * FA-grid shape (H100, docs/PERF.md); elsewhere atomics, as FlashAttention-2. The tf32 records (f32 in
-         * the tf32 and 3xtf32 forms) are deterministic. */
+         * FA-grid shape (H100, docs/PERF.md) but where dQ is fused in (fused_dq_default); elsewhere atomics, as
+         * FlashAttention-2. The tf32 records (f32 in the tf32 and 3xtf32 forms) are deterministic. */
         r = tc_pick(p, 0, di, k);
-        atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS || r->kernel == FW_BWD_TF32));
+        atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS || r->kernel == FW_BWD_TF32)) ||
+                 fused_dq_default(p, r, k);
         if (atomic) r = tc_pick(p, 1, di, k);
     } else {
         r = tc_pick(p, atomic, di, k);
@@ -282,10 +299,12 @@ static void plan_config(const fw_bwd_plan *plan, fw_config *c)
     c->stages = r->stages;
 }
 
-/* In the atomic mode the ws and overlapped wg records run their bm's plain wg kernel, and the dQ kernel never runs:
- * the first record with each atomic dK/dV kernel stands for the others. */
+/* In the atomic mode the ws and overlapped wg records run their bm's plain wg kernel (the ws records at head dim 128
+ * their own, with dQ fused in), and the dQ kernel never runs: the first record with each atomic dK/dV kernel stands
+ * for the others. */
 static int same_atomic_kernel(const fw_bwd_record *a, const fw_bwd_record *b)
 {
+    if (fw_bwd_fuses_dq(a) || fw_bwd_fuses_dq(b)) return fw_bwd_fuses_dq(a) && fw_bwd_fuses_dq(b);
     const int wa = a->kernel == FW_BWD_WG || a->kernel == FW_BWD_WS, wb = b->kernel == FW_BWD_WG || b->kernel == FW_BWD_WS;
     if (wa || wb) return wa && wb && a->bm == b->bm;
     return a->kernel == b->kernel && a->bm == b->bm && a->warps == b->warps && a->sub_m == b->sub_m;

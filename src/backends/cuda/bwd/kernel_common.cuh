@@ -11,8 +11,9 @@
  *   dQ      dq_kernel::mma    D, WARPS, MT (m16 tiles per warp), BN               kernel_dq_mma.cuh
  *           dq_kernel::wg     D, BN, STAGES                                       kernel_dq_wg.cuh
  *           dq_kernel::ws     D, BN, STAGES, FALLBACK                             kernel_dq_ws.cuh
- * ATOMIC_KV: the configuration whose kernel runs the atomic dQ mode (the overlapped schedule and the producer
- * warpgroup are for the deterministic mode); FALLBACK: the cp.async kernel that runs where the driver refuses a
+ * ATOMIC_KV: the configuration whose kernel runs the atomic dQ mode (the overlapped schedule is for the
+ * deterministic mode; the producer warpgroup's kernel runs the atomic mode itself at head dim 128, with dQ fused
+ * in: launch.cuh's fused_dq, and where a tensor map is refused); FALLBACK: the cp.async kernel that runs where the driver refuses a
  * tensor map. */
 #ifndef FW_BWD_KERNEL_COMMON_CUH
 #define FW_BWD_KERNEL_COMMON_CUH

@@ -18,9 +18,23 @@ namespace fwbwd {
 template <class KV, kv_kernel K = KV::KIND> struct kv_wg_of { using type = KV; };
 template <class KV> struct kv_wg_of<KV, kv_kernel::ws> { using type = typename KV::FALLBACK; };
 
-/* Dynamic shared memory of the dK/dV kernel of KV in mode DQ (for ws, its cp.async fallback's). */
+/* A ws configuration whose atomic mode runs the producer-warpgroup kernel with dQ fused in (head dim 128; the host's
+ * fw_bwd_fuses_dq says the same of its record, to lay out the accumulator). */
+template <class KV> constexpr bool fused_dq()
+{
+    if constexpr (KV::KIND == kv_kernel::ws) return KV::D == 128;
+    else return false;
+}
+
+/* Dynamic shared memory of the dK/dV kernel of KV in mode DQ (for ws, its cp.async fallback's; with the fused
+ * dQ, the larger of the fused kernel's and its fallback's). */
 template <class KV> constexpr size_t kv_smem(dq_mode dq)
 {
+    if constexpr (fused_dq<KV>())
+        if (dq == dq_mode::atomic)
+            return dkdv_ws_geom<KV, true>::SMEM > dkdv_wg_geom<typename KV::ATOMIC_KV, dq_mode::atomic>::SMEM
+                       ? dkdv_ws_geom<KV, true>::SMEM
+                       : dkdv_wg_geom<typename KV::ATOMIC_KV, dq_mode::atomic>::SMEM;
     if constexpr (KV::KIND == kv_kernel::wg || KV::KIND == kv_kernel::ws)
         return dq == dq_mode::atomic ? dkdv_wg_geom<typename KV::ATOMIC_KV, dq_mode::atomic>::SMEM
                                      : dkdv_wg_geom<typename kv_wg_of<KV>::type, dq_mode::deterministic>::SMEM;
@@ -114,9 +128,16 @@ static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s
     constexpr int BN = kv_block_keys<KV>();
     const dim3 grid_kv = VARLEN ? dim3(ragged_blocks<BN, true>(p.seqs, p.H / p.group))
                                 : dim3((unsigned)((p.Lk + BN - 1) / BN), (unsigned)(p.H / p.group), (unsigned)p.B);
-    if (atomic_dq) return launch_dkdv<T, KV, dq_mode::atomic, VARLEN>(p, grid_kv, s);
     cudaError_t e;
     int ws = 0;
+    if (atomic_dq) {
+        if constexpr (fused_dq<KV>() && !VARLEN) /* the wg kernel's atomics where a map is refused */
+            if ((e = dkdv_ws_launch<T, KV, VARLEN, true>(p, grid_kv, s, &ws)) != cudaSuccess || ws) {
+                if (ws && a->dq_acc_tiled_used) *a->dq_acc_tiled_used = 1;
+                return e;
+            }
+        return launch_dkdv<T, KV, dq_mode::atomic, VARLEN>(p, grid_kv, s);
+    }
     if constexpr (KV::KIND == kv_kernel::ws) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
         if ((e = dkdv_ws_launch<T, KV, VARLEN>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
     if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic, VARLEN>(p, grid_kv, s)) != cudaSuccess) return e;

@@ -30,7 +30,9 @@ typedef struct fw_bwd_args {
     const float *lse;   /* forward's LSE, contiguous (B, H, Lq), natural log */
     const float *delta; /* workspace (B, H, Lq) */
     const float *lse2;  /* tensor-core records: workspace (B, H, Lq), LSE·log2 e (+inf where LSE = −inf) */
-    float *dq_acc;      /* atomic mode: zeroed workspace (B, H, Lq, D) */
+    float *dq_acc;      /* atomic mode: zeroed workspace (B, H, Lq, D), or tiled (dq_acc_tiled) */
+    int dq_acc_tiled;   /* the fused dQ's layout (preprocess.cuh: dq_acc_tiled_index) */
+    int *dq_acc_tiled_used; /* host, where set: a launch that accumulated in the tiled layout sets *it to 1 */
     long long q_s[3], k_s[3], v_s[3], o_s[3], do_s[3], dq_s[3], dk_s[3], dv_s[3];
     long long off, wl, wr; /* fw_problem's diag_offset, window_left, window_right (FW_UNBOUNDED ok) */
     int B, H, Hkv, group, Lq, Lk, D;
@@ -52,6 +54,15 @@ typedef struct fw_bwd_tc_params {
     fw_cuda_seqs seqs; /* ragged batches only, as in fw_bwd_args */
 } fw_bwd_tc_params;
 
+#ifdef __CUDACC__
+/* The fused dQ's accumulator (kernel_dkdv_ws.cuh): per (b·H + h, 64-row block m, 64-column half c) a 16-KB tile in a
+ * warpgroup's wgmma accumulator order, thread t's n8 tile j as the float4 at 4 (128 j + t); its first float. */
+static __device__ __forceinline__ long long dq_acc_tile(long long bh, int m, int c, int Lq)
+{
+    return ((bh * ((Lq + 63) / 64) + m) * 2 + c) * 4096;
+}
+#endif
+
 /* A record's launch for one element type: the dK/dV kernel, and in the deterministic mode (atomic_dq = 0) the dQ
  * kernel after it, on the stream; the caller made the Δ (and lse2) workspace and, for atomic_dq, the zeroed
  * dQ accumulator. Returns a cudaError_t. */
@@ -63,7 +74,8 @@ typedef enum fw_bwd_kernel {
     FW_BWD_MMA = 1,   /* mma.sync, warp w owns keys 16w .. (kernel_dkdv_mma.cuh): sm_80 machine code */
     FW_BWD_MMA2D = 2, /* mma.sync with 2-D warp tiling (kernel_dkdv_mma2d.cuh): sm_80 */
     FW_BWD_WG = 3,    /* wgmma, every thread loads with cp.async (kernel_dkdv_wg.cuh): sm_90a */
-    FW_BWD_WS = 4,    /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode): sm_90a */
+    FW_BWD_WS = 4,    /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode, at head dim 128
+                         also the atomic mode with dQ fused in: fw_bwd_fuses_dq): sm_90a */
     FW_BWD_TF32 = 5   /* f32 on mma.sync tf32 (kernel_dkdv_tf32.cuh; deterministic mode, tf32 or 3xtf32): sm_80 */
 } fw_bwd_kernel;
 

@@ -66,6 +66,10 @@ cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16(const fw_bwd_args *a, int ato
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_tf32_bm16_w4_dq_mt1_bn16_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_tf32_bm16_w4_dq_mt1_bn16_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_tf32_bm32_w4_qs16_dq_mt1_bn32_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
@@ -155,6 +159,9 @@ extern "C" const fw_bwd_record fw_bwd_records[] = {
     {"wg-bm64-ovl-dq-ws-bn64", FW_BWD_WG, 90, 128, 64, 128, 8, 3, 64, FW_BWD_DQ_WS, 12, 0, 64,
      149504, 166912, NULL, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16,
      NULL, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16_varlen, fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16_varlen},
+    {"ws-bm64-dq-ws-bn64", FW_BWD_WS, 90, 128, 64, 128, 12, 3, 64, FW_BWD_DQ_WS, 12, 0, 64,
+     198912, 166912, NULL, fw_bwd_d128_ws_bm64_dq_ws_bn64_f16, fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16,
+     NULL, fw_bwd_d128_ws_bm64_dq_ws_bn64_f16_varlen, fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16_varlen},
     {"tf32-bm16-w4-dq-mt1-bn16", FW_BWD_TF32, 80, 128, 16, 64, 4, 2, 16, FW_BWD_DQ_TF32, 4, 1, 16,
      104704, 104704, fw_bwd_d128_tf32_bm16_w4_dq_mt1_bn16_f32, NULL, NULL,
      fw_bwd_d128_tf32_bm16_w4_dq_mt1_bn16_f32_varlen, NULL, NULL},

@@ -30,6 +30,13 @@ struct d128_kv_wg_bm64_s3_ovl {
     using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
 
+struct d128_kv_ws_bm64_s3 {
+    static constexpr kv_kernel KIND = kv_kernel::ws;
+    static constexpr int D = 128, BM = 64, STAGES = 3;
+    using FALLBACK = d128_kv_wg_bm64_s3_ovl;
+    using ATOMIC_KV = d128_kv_wg_bm64_s2;
+};
+
 struct d128_dq_mma_w4_mt2_bn32 {
     static constexpr dq_kernel KIND = dq_kernel::mma;
     static constexpr int D = 128, WARPS = 4, MT = 2, BN = 32;
@@ -79,4 +86,12 @@ extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_f16_varlen(const fw_bw
 extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_wg_bm64_s3_ovl, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__half, fwbwd::d128_kv_ws_bm64_s3, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_ws_bm64_s3, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
 }

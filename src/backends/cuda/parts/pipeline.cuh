@@ -81,6 +81,18 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
                  : "memory");
 }
 
+/* A 1-D bulk reduction: `bytes` (a multiple of 16) of f32 in shared memory at src added element-wise to dst in
+ * global memory (16-byte aligned), committed as a bulk group of its own; bulk_wait_read: every group this thread
+ * committed has read its source; bulk_wait_all: has finished. */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 /* Flags in global memory between blocks (a producer waits for another block's work): acquire/release at GPU
  * scope, and the fence that orders generic-proxy global writes (or a flag's acquire) with later async-proxy
  * reads of that memory (bulk copies). */
