@@ -98,36 +98,40 @@ template <typename T, int D, int BM, dq_mode DQ> struct dkdv_rows {
     {
         fwparts::acc_tiles_to_a<T, KQ>(s, pa, dp, dsa);
     }
-    /* dV += Pᵀ dO, dK += dSᵀ Q (B N-major: column blocks BM x 128 bytes apart), issued and committed */
+    /* dV += Pᵀ dO, dK += dSᵀ Q (B N-major: column blocks BM x 128 bytes apart): the products, not fenced or
+     * committed */
+    __device__ __forceinline__ void dv_products(uint32_t sdO)
+    {
+        const uint64_t ddo_nm = fwparts::sw128_desc(sdO, BM * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) fwparts::wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+    }
+    __device__ __forceinline__ void dk_products(uint32_t sQ)
+    {
+        const uint64_t dq_nm = fwparts::sw128_desc(sQ, BM * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++) fwparts::wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
+    }
+    /* both, issued and committed as one group */
     __device__ __forceinline__ void issue_dvdk(uint32_t sQ, uint32_t sdO)
     {
-        using namespace fwparts;
-        const uint64_t ddo_nm = sw128_desc(sdO, BM * 128, 1024), dq_nm = sw128_desc(sQ, BM * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
-#pragma unroll
-        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
-        wgmma_commit();
+        fwparts::wgmma_fence();
+        dv_products(sdO);
+        dk_products(sQ);
+        fwparts::wgmma_commit();
     }
-    /* dV += Pᵀ dO and dK += dSᵀ Q alone, each issued and committed (the fused dQ's step) */
+    /* each alone, issued and committed (the fused dQ's step) */
     __device__ __forceinline__ void issue_dv(uint32_t sdO)
     {
-        using namespace fwparts;
-        const uint64_t ddo_nm = sw128_desc(sdO, BM * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dv, pa[kk], ddo_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
-        wgmma_commit();
+        fwparts::wgmma_fence();
+        dv_products(sdO);
+        fwparts::wgmma_commit();
     }
     __device__ __forceinline__ void issue_dk(uint32_t sQ)
     {
-        using namespace fwparts;
-        const uint64_t dq_nm = sw128_desc(sQ, BM * 128, 1024);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KQ; kk++) wgmma_rs<T, D>(dk, dsa[kk], dq_nm + (uint64_t)(kk * 16 * 128 / 16), 1);
-        wgmma_commit();
+        fwparts::wgmma_fence();
+        dk_products(sQ);
+        fwparts::wgmma_commit();
     }
     __device__ __forceinline__ void store(const fw_bwd_tc_params &p, int n0, int b, int hk)
     {

@@ -12,9 +12,9 @@
  *           dq_kernel::wg     D, BN, STAGES                                       kernel_dq_wg.cuh
  *           dq_kernel::ws     D, BN, STAGES, FALLBACK                             kernel_dq_ws.cuh
  * ATOMIC_KV: the configuration whose kernel runs the atomic dQ mode (the overlapped schedule is for the
- * deterministic mode; the producer warpgroup's kernel runs the atomic mode itself at head dim 128, with dQ fused
- * in: launch.cuh's fused_dq, and where a tensor map is refused); FALLBACK: the cp.async kernel that runs where the driver refuses a
- * tensor map. */
+ * deterministic mode; at head dim 128 the producer warpgroup's kernel runs the atomic mode itself, with dQ fused
+ * in: launch.cuh's fused_dq, and ATOMIC_KV only where a tensor map is refused or the batch is ragged); FALLBACK: the
+ * cp.async kernel that runs where the driver refuses a tensor map. */
 #ifndef FW_BWD_KERNEL_COMMON_CUH
 #define FW_BWD_KERNEL_COMMON_CUH
 
