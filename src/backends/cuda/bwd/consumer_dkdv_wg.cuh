@@ -142,6 +142,19 @@ template <typename T, int D, int BM, dq_mode DQ> struct dkdv_rows {
     }
 };
 
+/* A step's Sᵀ, dPᵀ products alone in flight, then Pᵀ, dSᵀ as the A operands of dV and dK: the first step of the
+ * overlapped schedule and every step of the others (the plain wg kernel's, the fused dQ's). */
+template <class Rows, class Sdp, class Elementwise>
+__device__ __forceinline__ void step_to_a(Rows &w, int it, const Sdp &issue_sdp, const Elementwise &elementwise)
+{
+    issue_sdp(it);
+    fwparts::wgmma_wait<0>();
+    fwparts::wgmma_reg_fence(w.s);
+    fwparts::wgmma_reg_fence(w.dp);
+    elementwise(it);
+    w.to_a();
+}
+
 /* The overlapped schedule of both dK/dV kernels over `total` query steps: step it's Sᵀ/dPᵀ products are
  * issued together with step it-1's dV/dK products, and step it's element-wise work runs while the latter
  * finish. wait_step(it): step it's data has landed; released(it): every product has read step it's stage.
@@ -154,12 +167,7 @@ __device__ __forceinline__ void dkdv_overlapped(Rows &w, int total, const Wait &
     using namespace fwparts;
     if (total > 0) {
         wait_step(0);
-        issue_sdp(0);
-        wgmma_wait<0>();
-        wgmma_reg_fence(w.s);
-        wgmma_reg_fence(w.dp);
-        elementwise(0);
-        w.to_a();
+        step_to_a(w, 0, issue_sdp, elementwise);
     }
 #pragma unroll 1
     for (int it = 1; it < total; it++) {

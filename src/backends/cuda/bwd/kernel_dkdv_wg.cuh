@@ -121,12 +121,7 @@ __global__ void __launch_bounds__(256, 1) dkdv_wg_kernel(const fw_bwd_tc_params 
 #pragma unroll 1
         for (int it = 0; it < total; it++) {
             next_stage(it);
-            issue_sdp(it);
-            wgmma_wait<0>();
-            wgmma_reg_fence(w.s);
-            wgmma_reg_fence(w.dp);
-            elementwise(it);
-            w.to_a();
+            step_to_a(w, it, issue_sdp, elementwise);
             if (ATOMIC) {
                 fence_proxy_async(); /* dSᵀ, written by this warpgroup's threads, is read by its wgmma */
                 named_sync(1 + wgc, 128);

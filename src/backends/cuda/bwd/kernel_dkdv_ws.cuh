@@ -169,12 +169,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
 #pragma unroll 1
         for (int it = 0; it < total; it++) {
             wait_full(it);
-            issue_sdp(it);
-            wgmma_wait<0>();
-            wgmma_reg_fence(w.s);
-            wgmma_reg_fence(w.dp);
-            elementwise(it);
-            w.to_a();
+            step_to_a(w, it, issue_sdp, elementwise);
             const uint32_t sq = stage_q(it), sdo = sq + G::QD_BYTES;
             w.issue_dv(sdo);
             fence_proxy_async(); /* this thread's dSᵀ stores, read by both warpgroups' wgmma */
