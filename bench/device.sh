@@ -24,7 +24,7 @@ Commands run in the order given (minutes on one H100 in brackets):
             causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
             memory of cuda-naive vs cuda-flash at L 4k and 16k [4]
-  bwd       forward+backward on the grid (bf16, causal) beside SDPA flash and cudnn
+  bwd       forward+backward on the grid (bf16; causal, no mask at 1k/4k/16k, GQA 32/8 at 8k) beside SDPA flash and cudnn
             (bench/sdpa_bwd.py); the backward alone for every kernel variant (test_attention perf
             --section fwdbwd); each kernel's device time in one step (bench/profile_step.py); the
             ragged backward of 16 sequences over 128..4096 tokens (H=16 D=128 and H=32 D=64 bf16, causal and not,
@@ -308,7 +308,7 @@ cmd_bwd() {
     rc=$?
     [ $rc = 0 ] || tail -20 "$LOGS/bwd_torch.log"
     grep -E "grads, max" "$LOGS/bwd_torch.log"
-    sed -n '/^bf16 causal fwd+bwd/,$p' "$LOGS/bwd_torch.log"
+    sed -n '/^bf16 fwd+bwd, 16k tokens/,$p' "$LOGS/bwd_torch.log"
     record "bwd: fwd+bwd vs SDPA" "$(verdict $rc)" $((SECONDS - t0)) "tables above; bwd_torch.json"
 
     step "forward + backward, each dQ way (test_attention perf --section fwdbwd, bf16 causal, L >= 1024)"

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Forward+backward of bf16 causal attention on the FlashAttention grid (16k tokens: batch = 16384 / L;
-hidden 2048: heads = 2048 / D; D = 64 and 128, L = 1k..16k): PyTorch SDPA's flash (FlashAttention-2) and cudnn
-backends against flashwatt's autograd Function (python/flashwatt over libflashwatt.so), same process, same tensors.
+"""Forward+backward of bf16 attention on the FlashAttention grid (16k tokens: batch = 16384 / L; hidden 2048:
+heads = 2048 / D; D = 64 and 128, L = 1k..16k causal, L = 1k, 4k, 16k also without a mask) and at GQA 32/8 heads
+D=128 L=8k causal: PyTorch SDPA's flash (FlashAttention-2) and cudnn backends against flashwatt's autograd Function
+(python/flashwatt over libflashwatt.so), same process, same tensors.
 Each step is out = f(q, k, v); out.backward(dout). Two medians: single steps between two CUDA events (the host's
 path to the first launch counts as GPU time) and windows of back-to-back steps (the host runs ahead, as in a
-training loop). FLOPs: forward 4·B·H·L²·D / 2 (causal); forward+backward = 3.5 × forward (FlashAttention's count).
+training loop). FLOPs: forward 4·B·H·L²·D (halved when causal); forward+backward = 3.5 × forward (FlashAttention's
+count).
 Also prints how far flashwatt's gradients are from SDPA flash's, relative to max|g|.
 
 --f32: the f32 seed suite instead (B=16 H=8 D=64, L 128..2048 non-causal and L=2048 causal, and B=8 H=8 L=1024
@@ -33,22 +35,25 @@ print(f"torch {torch.__version__}, device {torch.cuda.get_device_name()}, flashw
 def sdpa(backend):
     def f(q, k, v, causal):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
     return f
 
-if f32_suite:  # (B, H, L, D, causal); the anchor SDPA efficient, as the issue's table
-    dtype, shapes = torch.float32, [(16, 8, L, 64, False) for L in (128, 256, 512, 1024, 2048)]
-    shapes += [(16, 8, 2048, 64, True), (8, 8, 1024, 128, False)]
+if f32_suite:  # (B, H, Hkv, L, D, causal); the anchor SDPA efficient, as the issue's table
+    dtype, shapes = torch.float32, [(16, 8, 8, L, 64, False) for L in (128, 256, 512, 1024, 2048)]
+    shapes += [(16, 8, 8, 2048, 64, True), (8, 8, 8, 1024, 128, False)]
     if quick:
-        shapes = [s for s in shapes if s[2] == 1024]
+        shapes = [s for s in shapes if s[3] == 1024]
     fns = {"sdpa-efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION), "sdpa-math": sdpa(SDPBackend.MATH)}
     ctxs = {p: flashwatt.Context(precision=p) for p in ("exact", "3xtf32", "tf32")} if flashwatt else {}
     for p, ctx in ctxs.items():
         fns[f"flashwatt-{p}"] = (lambda c: lambda q, k, v, causal: c.attention(q, k, v, causal=causal))(ctx)
     anchor = "sdpa-efficient"
-else:  # the FA grid: 16k tokens, hidden 2048, bf16 causal
+else:  # the FA grid: 16k tokens, hidden 2048, bf16; causal at every length, no mask at 1k, 4k, 16k; the GQA shape
     Ls = [1024, 4096] if quick else [1024, 2048, 4096, 8192, 16384]
-    dtype, shapes = torch.bfloat16, [(16384 // L, 2048 // D, L, D, True) for D in (64, 128) for L in Ls]
+    dtype, shapes = torch.bfloat16, [(16384 // L, 2048 // D, 2048 // D, L, D, True) for D in (64, 128) for L in Ls]
+    if not quick:
+        shapes += [(16384 // L, 2048 // D, 2048 // D, L, D, False) for D in (64, 128) for L in (1024, 4096, 16384)]
+        shapes.append((2, 32, 8, 8192, 128, True))
     fns = {"sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
     if flashwatt:  # the library's default and a deterministic context
         fns["flashwatt"] = lambda q, k, v, causal: flashwatt.attention(q, k, v, causal=causal)
@@ -86,7 +91,7 @@ def time_it(fn, q, k, v, dout, bwd, causal, budget_s=1.0, min_reps=3, max_reps=3
         ws.append(s.elapsed_time(e) / per_window)
     return statistics.median(ts), statistics.median(ws)
 
-def reference_grads(q, k, v, dout, causal):
+def reference_grads(q, k, v, dout, causal):  # (no GQA: the f32 suite has none)
     """float64 gradients of the first batch entry (the f32 suite's reference)."""
     q64, k64, v64 = (x[:1].detach().double().requires_grad_(True) for x in (q, k, v))
     with sdpa_kernel(SDPBackend.MATH):
@@ -99,15 +104,15 @@ def flops_fwd(B, H, L, D, causal):
 
 
 results = []
-for B, H, L, D, causal in shapes:
+for B, H, Hkv, L, D, causal in shapes:
     torch.manual_seed(0)
-    mk = lambda: torch.randn(B, H, L, D, device="cuda", dtype=dtype).requires_grad_(True)
-    q, k, v = mk(), mk(), mk()
+    mk = lambda h: torch.randn(B, h, L, D, device="cuda", dtype=dtype).requires_grad_(True)
+    q, k, v = mk(H), mk(Hkv), mk(Hkv)
     dout = torch.randn(B, H, L, D, device="cuda", dtype=dtype)
     ref = reference_grads(q, k, v, dout, causal) if f32_suite else None
     grads = {}
     for name, fn in fns.items():
-        row = {"D": D, "L": L, "B": B, "H": H, "causal": causal, "backend": name}
+        row = {"D": D, "L": L, "B": B, "H": H, "Hkv": Hkv, "causal": causal, "backend": name}
         try:
             q.grad = k.grad = v.grad = None
             fn(q, k, v, causal).backward(dout)
@@ -128,7 +133,7 @@ for B, H, L, D, causal in shapes:
         print(json.dumps(row), flush=True)
     if "flashwatt" in grads and "sdpa-flash" in grads:  # agreement of the gradients, relative to max|g|
         d = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(grads["flashwatt"], grads["sdpa-flash"])]
-        print(f"  D{D} L{L}: flashwatt vs sdpa-flash grads, max|diff|/max|g|: dq {d[0]:.2e} dk {d[1]:.2e} dv {d[2]:.2e}", flush=True)
+        print(f"  D{D} L{L}{'' if causal else ' no mask'}{f' GQA {H}/{Hkv}' if Hkv != H else ''}: flashwatt vs sdpa-flash grads, max|diff|/max|g|: dq {d[0]:.2e} dk {d[1]:.2e} dv {d[2]:.2e}", flush=True)
     del q, k, v, dout, grads, ref
     torch.cuda.empty_cache()
 
@@ -139,7 +144,7 @@ if f32_suite:  # backward alone (window medians: fwd+bwd less fwd) and fwd+bwd, 
     print()
     print("f32 seed suite, windows of back-to-back steps: backward ms (fwd+bwd ms); ratio = t(sdpa-efficient) / t(ours); "
           "grad err = max|g - g_fp64| / max|g_fp64| (dq dk dv, first batch entry)")
-    for B, H, L, D, causal in shapes:
+    for B, H, Hkv, L, D, causal in shapes:
         rows = {r["backend"]: r for r in results if (r["B"], r["L"], r["D"], r["causal"]) == (B, L, D, causal)}
         a = rows.get(anchor, {})
         print(f"B{B} H{H} L{L} D{D}{' causal' if causal else ''}:")
@@ -155,19 +160,19 @@ if f32_suite:  # backward alone (window medians: fwd+bwd less fwd) and fwd+bwd, 
     sys.exit(0)
 for key, what in (("fwdbwd_ms", "single steps"), ("fwdbwd_win_ms", "windows of back-to-back steps")):
     print()
-    print(f"bf16 causal fwd+bwd, 16k tokens, hidden 2048, {what}: ms (TFLOP/s at 3.5x the causal forward's FLOPs)")
+    print(f"bf16 fwd+bwd, 16k tokens, hidden 2048, {what}: ms (TFLOP/s at 3.5x the forward's FLOPs)")
     names = list(fns)
-    print(f"{'D':>4} {'L':>6} " + " ".join(f"{n:>22}" for n in names) + "  vs_flash  vs_cudnn  det_vs_flash  (speed = t(anchor) / t(flashwatt))")
-    for D in (64, 128):
-        for L in Ls:
-            rows = {r["backend"]: r for r in results if r["D"] == D and r["L"] == L}
-            cells = []
-            for n in names:
-                r = rows.get(n, {})
-                cells.append(f"{r[key]:9.3f} ({3.5 * 4.0 * r['B'] * r['H'] * L * L * D / 2 / (r[key] * 1e-3) / 1e12:6.1f})"
-                             if key in r else f"{'error':>22}")
-            def ratio(a, b):
-                ra, rb = rows.get(a, {}), rows.get(b, {})
-                return f"{rb[key] / ra[key]:8.2f}x" if key in ra and key in rb else "     n/a"
-            print(f"{D:>4} {L:>6} " + " ".join(f"{c:>22}" for c in cells) +
-                  f"  {ratio('flashwatt', 'sdpa-flash')} {ratio('flashwatt', 'sdpa-cudnn')}     {ratio('flashwatt-det', 'sdpa-flash')}")
+    print(f"{'D':>4} {'L':>6} {'mask':>6} {'H/Hkv':>6} " + " ".join(f"{n:>22}" for n in names) +
+          "  vs_flash  vs_cudnn  det_vs_cudnn  (speed = t(anchor) / t(flashwatt))")
+    for B, H, Hkv, L, D, causal in shapes:
+        rows = {r["backend"]: r for r in results if (r["B"], r["H"], r["Hkv"], r["L"], r["D"], r["causal"]) == (B, H, Hkv, L, D, causal)}
+        cells = []
+        for n in names:
+            r = rows.get(n, {})
+            cells.append(f"{r[key]:9.3f} ({3.5 * flops_fwd(B, H, L, D, causal) / (r[key] * 1e-3) / 1e12:6.1f})"
+                         if key in r else f"{'error':>22}")
+        def ratio(a, b):
+            ra, rb = rows.get(a, {}), rows.get(b, {})
+            return f"{rb[key] / ra[key]:8.2f}x" if key in ra and key in rb else "     n/a"
+        print(f"{D:>4} {L:>6} {'causal' if causal else 'none':>6} {f'{H}/{Hkv}':>6} " + " ".join(f"{c:>22}" for c in cells) +
+              f"  {ratio('flashwatt', 'sdpa-flash')} {ratio('flashwatt', 'sdpa-cudnn')}     {ratio('flashwatt-det', 'sdpa-cudnn')}")
