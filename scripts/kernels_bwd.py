@@ -71,7 +71,7 @@ def check_record(r):
           "bwd.mma2d": d in (64, 128) and (r["bm"], r["bn"], r["warps"], r["stages"]) == (64, 128, 8, 2),
           "bwd.wg": d in (64, 128) and r["bm"] in (64, 128) and (r["bn"], r["warps"]) == (128, 8)
                     and r["stages"] == (3 if r["ovl"] else 2),
-          "bwd.ws": d in (64, 128) and r["bm"] == 64 and (r["bn"], r["warps"], r["stages"]) == (128, 12, 3),
+          "bwd.ws": d in (64, 128) and r["bm"] in (64, 128) and (r["bn"], r["warps"], r["stages"]) == (128, 12, 3),
           "bwd.tf32": d in (64, 128) and r["bn"] == 16 * r["warps"] and r["stages"] == 2 and r["qs"] % 8 == 0
                       and r["bm"] % r["qs"] == 0 and r["dq"]["kind"] == "tf32" and r["dq"]["warps"] == 4}[f]
     if not ok:
@@ -111,7 +111,7 @@ def kv_smem(r, atomic):
         sd = d + 8
         return 2 * 128 * sd * 2 + 2 * (2 * 64 * sd * 2) + 2 * (2 * 64 * 4) + 2 * 128 * 72 * 2
     a = wg_smem(d, bm, 2 if atomic else r["stages"], atomic)  # ws: its cp.async fallback's
-    if f == "bwd.ws" and atomic and d == 128:  # launch.cuh: fused_dq, the producer-warpgroup kernel with dQ in it
+    if f == "bwd.ws" and atomic and (d, bm) in ((128, 64), (64, 128)):  # launch.cuh: fused_dq, the producer-warpgroup kernel with dQ in it
         a = max(a, 1024 + 2 * 128 * d * 2 + 2 * 2 * bm * d * 2 + ((2 * 2 * bm * 4 + 1023) & ~1023)
                 + 2 * 2 * 64 * bm * 2 + 2 * bm * (d // 2) * 4 + 256)
     return a

@@ -55,7 +55,7 @@ static long long fw_bwd_stat_rows(const fw_problem *p)
 }
 
 /* The atomic dQ accumulator: rows of head_dim floats, or where the record fuses dQ into a dense batch's dK/dV kernel
- * 64 x 64 tiles of 128 columns (at least as large: its fallbacks accumulate in rows in the same workspace). */
+ * 64 x 64 tiles (at least as large: its fallbacks accumulate in rows in the same workspace). */
 static int dq_acc_tiled(const fw_problem *p, const fw_bwd_plan *plan)
 {
     return plan->atomic && p->kind != FW_CALL_VARLEN && fw_bwd_fuses_dq(plan->record);
@@ -63,7 +63,8 @@ static int dq_acc_tiled(const fw_problem *p, const fw_bwd_plan *plan)
 static size_t dq_acc_bytes(const fw_problem *p, int tiled)
 {
     if (!tiled) return (size_t)fw_bwd_stat_rows(p) * (size_t)p->head_dim * sizeof(float);
-    return (size_t)p->batch * (size_t)p->heads * (size_t)((p->seqlen_q + 63) / 64) * 64 * 128 * sizeof(float);
+    return (size_t)p->batch * (size_t)p->heads * (size_t)((p->seqlen_q + 63) / 64) * 64 *
+           (size_t)((p->head_dim + 63) / 64 * 64) * sizeof(float);
 }
 
 /* The launches of a recompute plan, with the workspace already allocated. */

@@ -7,7 +7,8 @@
 
 /* The defaults per padded head dim, measured with gpu_backward --bench on an H100 (docs/PERF.md).
  * Atomic mode: at head_dim 128 the 2-D tiled dK/dV kernel, 10-17% faster than bm64-w8-dq-w4-mt2-bn32; at 64 it lost
- * to bm64-w4-qs32-dq-w4-mt2-bn32 below L = 16k.
+ * to bm64-w4-qs32-dq-w4-mt2-bn32 below L = 16k. On compute capability 9.0, dense (atomic_sm90): the producer-warpgroup
+ * kernel with dQ fused in, 64 query rows a step at head_dim 128 and 128 at 64 (fused_dq_default).
  * Deterministic mode on compute capability 9.0: the wgmma kernels with the overlapped dK/dV schedule. At head_dim
  * 64 dK/dV and dQ both with a TMA producer warpgroup (8-12% faster than wg-bm64-ovl-dq-wg-bn128); at 128 the dQ
  * pass with the producer warpgroup (3-5% faster than wg-bm64-ovl-dq-wg-bn64; its dK/dV kernel would spill with the
@@ -28,7 +29,7 @@ static const struct bwd_defaults {
     const char *tf32, *varlen_tf32; /* f32 in the tf32 and 3xtf32 forms (deterministic mode) */
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
-     "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", NULL, "tf32-bm64-w4-dq-mt2-bn32",
+     "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "ws-bm128-dq-ws-bn128", "tf32-bm64-w4-dq-mt2-bn32",
      "tf32-bm64-w4-dq-mt2-bn32"},
     {128, "bm64-w8-2d-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", NULL, "bm64-w8-2d-dq-w4-mt2-bn32",
      "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", "ws-bm64-dq-ws-bn64", "tf32-bm16-w4-dq-mt1-bn16",
@@ -62,7 +63,10 @@ extern "C" const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name)
     return NULL;
 }
 
-extern "C" int fw_bwd_fuses_dq(const fw_bwd_record *r) { return r->kernel == FW_BWD_WS && r->d == 128; }
+extern "C" int fw_bwd_fuses_dq(const fw_bwd_record *r)
+{
+    return r->kernel == FW_BWD_WS && ((r->d == 128 && r->bm == 64) || (r->d == 64 && r->bm == 128));
+}
 
 /* Every row of the tensor 16-byte aligned: strides multiples of per16 elements. */
 static int rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int per16 = 8)
@@ -186,14 +190,14 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
     return k->cuda_bwd_atomic;
 }
 
-/* Where no mode is asked for: head dim 128 (padded), 16-bit, dense, at least BWD_FUSED_DQ_MIN_LK keys, where the
- * deterministic default r is a wgmma record: the atomic mode's kernel with dQ fused in (launch.cuh: fused_dq),
- * 1.10-1.14x the deterministic pipeline at 4096-16384 keys on an H200, 0.96x at 2048 and 0.88x at 1024 (docs/PERF.md,
- * "dQ modes on Hopper"). */
+/* Where no mode is asked for: 16-bit, dense, at least BWD_FUSED_DQ_MIN_LK keys, where the deterministic default r is
+ * a wgmma record and the atomic mode's ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq): ra. On an H200 at head dim 128
+ * 1.10-1.14x the deterministic pipeline at 4096-16384 keys, 0.96x at 2048 and 0.88x at 1024; at head dim 64 1.11x
+ * (causal) and 1.13x (no mask) at 4096, 0.98x at 1024 (docs/PERF.md, "dQ modes on Hopper"). */
 #define BWD_FUSED_DQ_MIN_LK 4096
-static int fused_dq_default(const fw_problem *p, const fw_bwd_record *r, const fw_knobs *k)
+static int fused_dq_default(const fw_problem *p, const fw_bwd_record *r, const fw_bwd_record *ra, const fw_knobs *k)
 {
-    return r && !k->cuda_bwd_config[0] && r->arch == 90 && r->kernel != FW_BWD_TF32 && r->d == 128 &&
+    return r && ra && !k->cuda_bwd_config[0] && r->arch == 90 && r->kernel != FW_BWD_TF32 && fw_bwd_fuses_dq(ra) &&
            p->kind == FW_CALL_DENSE && p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
 }
 
@@ -272,9 +276,10 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
          * FA-grid shape (H100, docs/PERF.md) but where dQ is fused in (fused_dq_default); elsewhere atomics, as
          * FlashAttention-2. The tf32 records (f32 in the tf32 and 3xtf32 forms) are deterministic. */
         r = tc_pick(p, 0, di, k);
+        const fw_bwd_record *ra = tc_pick(p, 1, di, k);
         atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS || r->kernel == FW_BWD_TF32)) ||
-                 fused_dq_default(p, r, k);
-        if (atomic) r = tc_pick(p, 1, di, k);
+                 fused_dq_default(p, r, ra, k);
+        if (atomic) r = ra;
     } else {
         r = tc_pick(p, atomic, di, k);
     }

@@ -158,14 +158,18 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
 
     mbar_wait(ring.resident(), 0);
     if constexpr (FUSED) {
-        static_assert(D == 128 && BM == 64, "the fused dQ: head dim 128, 64 query rows a step");
+        static_assert((D == 128 && BM == 64) || (D == 64 && BM == 128), "the fused dQ's shapes");
+        /* warpgroup c's dQ part, 64 x 64: at D = 128 every query of the step and columns 64c.., at D = 64 queries
+         * 64c.. and every column */
+        constexpr bool BY_COLUMNS = D == 128;
+        const int qblk = BY_COLUMNS ? 0 : wgc, half = BY_COLUMNS ? wgc : 0;
         /* FlashAttention-3's step: Sᵀ, dPᵀ; Pᵀ, dSᵀ (dSᵀ also to shared memory); dV += Pᵀ dO; once both
          * warpgroups' dSᵀ are there, dQ = scale · dS K over all 128 keys (warpgroup c: dQ's columns 64c..),
          * dK += dSᵀ Q; dQ's part to shared memory once its product is done (dK's still running), added to the
          * f32 accumulator by a bulk reduction. No product of a step overlaps the next step's: the next step's
          * Sᵀ, dPᵀ issued behind dK spill (208 accumulator registers in flight). */
         float *dq_part = reinterpret_cast<float *>(smem_raw + (sDQ - raw)) + wgc * 64 * 64;
-        const uint64_t db = sw128_desc(sK + (uint32_t)(wgc * BN * 128), BN * 128, 1024);
+        const uint64_t db = sw128_desc(sK + (uint32_t)(half * BN * 128), BN * 128, 1024);
 #pragma unroll 1
         for (int it = 0; it < total; it++) {
             wait_full(it);
@@ -176,11 +180,15 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
             named_sync(2, 256);  /* both warpgroups' dSᵀ of step it are in shared memory */
             /* two dSᵀ buffers: a warpgroup writes step it + 1's while the other's dQ product may read step it's */
             float dq[8][4];
-            const uint64_t da = sw128_desc(sdS + (uint32_t)((it & 1) * 2 * 64 * BM * 2), 64 * 128, 1024);
+            /* A = dS of queries 64 qblk.. over the 128 keys: warpgroup w's dSᵀ holds keys 64w.., in blocks of 64
+             * queries (8 KB each) */
+            const uint64_t da =
+                sw128_desc(sdS + (uint32_t)((it & 1) * 2 * 64 * BM * 2 + qblk * 64 * 128), 64 * 128, 1024);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_ss_tt<T, 64>(dq, da + (uint64_t)(kk * 128), db + (uint64_t)(kk * 128), kk > 0);
+                wgmma_ss_tt<T, 64>(dq, da + (uint64_t)(((kk / 4) * 64 * BM * 2 + (kk % 4) * 16 * 128) / 16),
+                                   db + (uint64_t)(kk * 128), kk > 0);
             wgmma_commit();
             w.issue_dk(sq);
             wgmma_wait<1>(); /* dV's and dQ's products done, dK's may run */
@@ -199,7 +207,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
             fence_proxy_async(); /* the part, written by these threads, is read by the bulk reduction */
             named_sync(3 + wgc, 128);
             if (wt == 0)
-                bulk_reduce_add_f32(p.dq_acc + dq_acc_tile((long long)b * p.H + h, m0 / 64, wgc, p.Lq),
+                bulk_reduce_add_f32(p.dq_acc + dq_acc_tile((long long)b * p.H + h, m0 / 64 + qblk, half, p.Lq, (p.d + 63) / 64),
                                     sDQ + (uint32_t)(wgc * 64 * 64 * 4), 64 * 64 * 4);
             wgmma_wait<0>();
             wgmma_reg_fence(w.dk);

@@ -22,7 +22,7 @@ template <class KV> struct kv_wg_of<KV, kv_kernel::ws> { using type = typename K
  * fw_bwd_fuses_dq says the same of its record, to lay out the accumulator). */
 template <class KV> constexpr bool fused_dq()
 {
-    if constexpr (KV::KIND == kv_kernel::ws) return KV::D == 128;
+    if constexpr (KV::KIND == kv_kernel::ws) return (KV::D == 128 && KV::BM == 64) || (KV::D == 64 && KV::BM == 128);
     else return false;
 }
 

@@ -55,11 +55,12 @@ typedef struct fw_bwd_tc_params {
 } fw_bwd_tc_params;
 
 #ifdef __CUDACC__
-/* The fused dQ's accumulator (kernel_dkdv_ws.cuh): per (b·H + h, 64-row block m, 64-column half c) a 16-KB tile in a
- * warpgroup's wgmma accumulator order, thread t's n8 tile j as the float4 at 4 (128 j + t); its first float. */
-static __device__ __forceinline__ long long dq_acc_tile(long long bh, int m, int c, int Lq)
+/* The fused dQ's accumulator (kernel_dkdv_ws.cuh): per (b·H + h, 64-row block m, 64-column block c of the head
+ * dim's cblocks = ⌈D/64⌉) a 16-KB tile in a warpgroup's wgmma accumulator order, thread t's n8 tile j as the float4
+ * at 4 (128 j + t); its first float. */
+static __device__ __forceinline__ long long dq_acc_tile(long long bh, int m, int c, int Lq, int cblocks)
 {
-    return ((bh * ((Lq + 63) / 64) + m) * 2 + c) * 4096;
+    return ((bh * ((Lq + 63) / 64) + m) * cblocks + c) * 4096;
 }
 #endif
 
@@ -74,8 +75,8 @@ typedef enum fw_bwd_kernel {
     FW_BWD_MMA = 1,   /* mma.sync, warp w owns keys 16w .. (kernel_dkdv_mma.cuh): sm_80 machine code */
     FW_BWD_MMA2D = 2, /* mma.sync with 2-D warp tiling (kernel_dkdv_mma2d.cuh): sm_80 */
     FW_BWD_WG = 3,    /* wgmma, every thread loads with cp.async (kernel_dkdv_wg.cuh): sm_90a */
-    FW_BWD_WS = 4,    /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode, at head dim 128
-                         also the atomic mode with dQ fused in: fw_bwd_fuses_dq): sm_90a */
+    FW_BWD_WS = 4,    /* wgmma, a TMA producer warpgroup (kernel_dkdv_ws.cuh; deterministic mode, and the atomic
+                         mode with dQ fused in: fw_bwd_fuses_dq): sm_90a */
     FW_BWD_TF32 = 5   /* f32 on mma.sync tf32 (kernel_dkdv_tf32.cuh; deterministic mode, tf32 or 3xtf32): sm_80 */
 } fw_bwd_kernel;
 

@@ -211,11 +211,11 @@ static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *stats,
 /* The float index of dQ's (b, h, i, d) in the fused dQ's tiled accumulator (params.h: dq_acc_tile): the wgmma
  * accumulator's thread t = 32 (r / 16) + 4 (r % 8) + (c % 8) / 2, element 2 ((r / 8) % 2) + c % 2 of its n8 tile c / 8,
  * for row r = i % 64 and column c = d % 64 of the tile. */
-__device__ __forceinline__ long long dq_acc_tiled_index(long long bh, int i, int d, int Lq)
+__device__ __forceinline__ long long dq_acc_tiled_index(long long bh, int i, int d, int Lq, int D)
 {
     const int r = i & 63, col = d & 63;
     const int t = (r >> 4) * 32 + (r & 7) * 4 + ((col & 7) >> 1), e = ((r >> 3) & 1) * 2 + (col & 1);
-    return dq_acc_tile(bh, i >> 6, d >> 6, Lq) + ((col >> 3) * 128 + t) * 4 + e;
+    return dq_acc_tile(bh, i >> 6, d >> 6, Lq, (D + 63) / 64) + ((col >> 3) * 128 + t) * 4 + e;
 }
 
 /* Atomic mode: the f32 dQ accumulator (B, H, Lq, D), or its tiled form, into dq (output dtype and strides). */
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_arg
         const long long i = row % a.Lq, bh = row / a.Lq;
         const long long h = bh % a.H, b = bh / a.H;
         fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d,
-                         a.dq_acc[a.dq_acc_tiled ? dq_acc_tiled_index(bh, (int)i, (int)d, a.Lq) : idx]);
+                         a.dq_acc[a.dq_acc_tiled ? dq_acc_tiled_index(bh, (int)i, (int)d, a.Lq, a.D) : idx]);
     }
 }
 
