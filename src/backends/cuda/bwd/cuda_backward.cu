@@ -54,17 +54,16 @@ static long long fw_bwd_stat_rows(const fw_problem *p)
     return p->kind == FW_CALL_VARLEN ? (long long)p->heads * p->total_q : (long long)p->batch * p->heads * p->seqlen_q;
 }
 
-/* The atomic dQ accumulator: rows of head_dim floats, or where the record fuses dQ into a dense batch's dK/dV kernel
- * 64 x 64 tiles (at least as large: its fallbacks accumulate in rows in the same workspace). */
-static int dq_acc_tiled(const fw_problem *p, const fw_bwd_plan *plan)
-{
-    return plan->atomic && p->kind != FW_CALL_VARLEN && fw_bwd_fuses_dq(plan->record);
-}
+/* The atomic dQ accumulator: rows of head_dim floats, or where the record fuses dQ into its dK/dV kernel 64 x 64 tiles
+ * (params.h: dq_acc_tile, dq_acc_seq_tiles; at least as large: its fallbacks accumulate in rows in the same
+ * workspace). */
+static int dq_acc_tiled(const fw_bwd_plan *plan) { return plan->atomic && fw_bwd_fuses_dq(plan->record); }
 static size_t dq_acc_bytes(const fw_problem *p, int tiled)
 {
     if (!tiled) return (size_t)fw_bwd_stat_rows(p) * (size_t)p->head_dim * sizeof(float);
-    return (size_t)p->batch * (size_t)p->heads * (size_t)((p->seqlen_q + 63) / 64) * 64 *
-           (size_t)((p->head_dim + 63) / 64 * 64) * sizeof(float);
+    const size_t blocks = p->kind == FW_CALL_VARLEN ? (size_t)(p->total_q / 64 + p->batch)
+                                                    : (size_t)p->batch * (size_t)((p->seqlen_q + 63) / 64);
+    return blocks * (size_t)p->heads * 64 * (size_t)((p->head_dim + 63) / 64 * 64) * sizeof(float);
 }
 
 /* The launches of a recompute plan, with the workspace already allocated. */
@@ -154,7 +153,7 @@ static fw_status cuda_backward_in_place(const fw_problem *p, const fw_config *cf
     const size_t rows = (size_t)fw_bwd_stat_rows(p);
     const size_t rows16 = (rows + 3) & ~(size_t)3; /* lse2 starts 16-byte aligned (the TMA kernels' maps) */
     const size_t delta_bytes = (rows16 + (stats ? rows : 0)) * sizeof(float); /* Δ, and lse2 (or the LSE copy) */
-    a.dq_acc_tiled = dq_acc_tiled(p, &plan);
+    a.dq_acc_tiled = dq_acc_tiled(&plan);
     const size_t acc_bytes = atomic ? dq_acc_bytes(p, a.dq_acc_tiled) : 0;
     void *delta = NULL, *acc = NULL;
     FW_CUDA_CHECK(fw_cuda_ws_alloc(&delta, delta_bytes, s));

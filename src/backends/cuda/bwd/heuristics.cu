@@ -7,7 +7,7 @@
 
 /* The defaults per padded head dim, measured with gpu_backward --bench on an H100 (docs/PERF.md).
  * Atomic mode: at head_dim 128 the 2-D tiled dK/dV kernel, 10-17% faster than bm64-w8-dq-w4-mt2-bn32; at 64 it lost
- * to bm64-w4-qs32-dq-w4-mt2-bn32 below L = 16k. On compute capability 9.0, dense (atomic_sm90): the producer-warpgroup
+ * to bm64-w4-qs32-dq-w4-mt2-bn32 below L = 16k. On compute capability 9.0 (atomic_sm90): the producer-warpgroup
  * kernel with dQ fused in, 64 query rows a step at head_dim 128 and 128 at 64 (fused_dq_default).
  * Deterministic mode on compute capability 9.0: the wgmma kernels with the overlapped dK/dV schedule. At head_dim
  * 64 dK/dV and dQ both with a TMA producer warpgroup (8-12% faster than wg-bm64-ovl-dq-wg-bn128); at 128 the dQ
@@ -18,14 +18,14 @@
  * Ragged batches, deterministic mode on 9.0 (varlen_det): the dense defaults' kernels in their ragged form (the TMA
  * boxes start at each sequence's rows; the rows they bring of the next sequence are zeroed in shared memory), 1.22x
  * (D=64) and 1.08x (D=128) the overlapped cp.async records on bench/varlen_bwd's batch on an H200; the atomic
- * records and the fallbacks are the dense ones (all have ragged kernels).
+ * records and the fallbacks are the dense ones (all have ragged kernels), the fused dQ too (fused_dq_default).
  * f32 in tf32 and 3xtf32 (tf32, varlen_tf32; bench/sdpa_bwd.py --f32 on an H100): at head_dim 64 the 64-row steps
  * with a dQ pass of two m16 tiles a warp, 1.06-1.08x the other records at L = 1024; at 128 the 16-row steps, 1.23x
  * the 32-row ones. */
 static const struct bwd_defaults {
     int d;
     const char *atomic, *deterministic, *det_short, *atomic_fallback, *det_fallback, *varlen_det;
-    const char *atomic_sm90; /* dense batches on sm_90a in the atomic mode (NULL: atomic) */
+    const char *atomic_sm90; /* the atomic mode on sm_90a (NULL: atomic) */
     const char *tf32, *varlen_tf32; /* f32 in the tf32 and 3xtf32 forms (deterministic mode) */
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
@@ -168,7 +168,7 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
     const int dpad = fw_bwd_padded_dim(p->head_dim);
     const struct bwd_defaults *df = dpad == 64 ? &bwd_defaults[0] : &bwd_defaults[1];
     const char *name = f32                            ? (varlen ? df->varlen_tf32 : df->tf32)
-                       : atomic && df->atomic_sm90 && !varlen && fw_cuda_is_sm90a(di) ? df->atomic_sm90
+                       : atomic && df->atomic_sm90 && fw_cuda_is_sm90a(di) ? df->atomic_sm90
                        : atomic                       ? df->atomic
                        : varlen                       ? df->varlen_det
                        : df->det_short && p->seqlen_k <= BWD_DET_SHORT_LK ? df->det_short
@@ -190,15 +190,16 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
     return k->cuda_bwd_atomic;
 }
 
-/* Where no mode is asked for: 16-bit, dense, at least BWD_FUSED_DQ_MIN_LK keys, where the deterministic default r is
- * a wgmma record and the atomic mode's ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq): ra. On an H200 at head dim 128
- * 1.10-1.14x the deterministic pipeline at 4096-16384 keys, 0.96x at 2048 and 0.88x at 1024; at head dim 64 1.11x
- * (causal) and 1.13x (no mask) at 4096, 0.98x at 1024 (docs/PERF.md, "dQ modes on Hopper"). */
+/* Where no mode is asked for: 16-bit, at least BWD_FUSED_DQ_MIN_LK keys (a ragged batch: in its longest sequence),
+ * where the deterministic default r is a wgmma record and the atomic mode's ra fuses dQ into its dK/dV kernel
+ * (launch.cuh: fused_dq): ra. On an H200 at head dim 128 1.10-1.14x the deterministic pipeline at 4096-16384 keys,
+ * 0.96x at 2048 and 0.88x at 1024; at head dim 64 1.11x (causal) and 1.13x (no mask) at 4096, 0.98x at 1024; on
+ * bench/varlen_bwd's ragged batch (16 sequences of 128..4096) 1.11-1.21x (docs/PERF.md, "dQ modes on Hopper"). */
 #define BWD_FUSED_DQ_MIN_LK 4096
 static int fused_dq_default(const fw_problem *p, const fw_bwd_record *r, const fw_bwd_record *ra, const fw_knobs *k)
 {
     return r && ra && !k->cuda_bwd_config[0] && r->arch == 90 && r->kernel != FW_BWD_TF32 && fw_bwd_fuses_dq(ra) &&
-           p->kind == FW_CALL_DENSE && p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
+           p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
 }
 
 /* Splits "bwd-<mode>[:<record>]" into its mode and record (NULL: none); 0 if the name is no such name. */

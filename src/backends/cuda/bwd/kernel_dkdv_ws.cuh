@@ -5,7 +5,7 @@
  * mbarrier once the step's products that read it have retired.
  *
  * Deterministic mode: the consumers run dkdv_wg_kernel's overlapped schedule (consumer_dkdv_wg.cuh), never held in
- * step with each other (no block-wide barrier per step). FUSED (the atomic mode at head dim 128, dense batches):
+ * step with each other (no block-wide barrier per step). FUSED (the atomic mode of fw_bwd_fuses_dq's records):
  * FlashAttention-3's step with all five products, dQ's part of each step added into an f32 accumulator by a bulk
  * reduction, in two stages; the consumers meet once a step, when dQ reads both warpgroups' dSᵀ.
  *
@@ -15,7 +15,7 @@
  * so that it takes any Lq: a row map of lse2 needs Lq a multiple of 4). The last query tile of a head brings the
  * next sequence's Q and dO rows: the consumers zero them (zero_tile_rows) before any product reads them, so that
  * those rows add nothing, as the dense kernel's zero-filled rows past Lq. Key rows past the sequence only reach dK,
- * dV rows that are never stored. */
+ * dV rows that are never stored, except in FUSED, whose dQ sums over the block's keys: there they are zeroed too. */
 #ifndef FW_BWD_KERNEL_DKDV_WS_CUH
 #define FW_BWD_KERNEL_DKDV_WS_CUH
 
@@ -71,8 +71,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
     fw_bwd_tc_params seq; /* VARLEN: the block's sequence as a problem of its own (kernel_common.cuh) */
     tile_coord tile;
     seq_span rows{}; /* VARLEN: its first rows in the packed tensors */
-    if constexpr (VARLEN)
+    if constexpr (VARLEN) {
         if (!ragged_block<T, BN, true>(args, false, seq, tile, &rows)) return;
+        if constexpr (FUSED) seq.dq_acc = args.dq_acc + dq_acc_seq_tiles(rows.q_row0, rows.seq, args.H, (args.d + 63) / 64);
+    }
     const fw_bwd_tc_params &p = VARLEN ? seq : args;
     const int q_row0 = (int)rows.q_row0, k_row0 = (int)rows.k_row0; /* < 2^31: the maps' extents */
 
@@ -157,6 +159,14 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
     };
 
     mbar_wait(ring.resident(), 0);
+    if constexpr (VARLEN && FUSED) { /* dQ sums over the block's keys: the next sequence's K and V rows to zero */
+        const int r0 = p.Lk - n0;
+        if (r0 < BN) {
+            zero_tile_rows<CB, BN, 256>(sK, r0, tid - 128);
+            zero_tile_rows<CB, BN, 256>(sV, r0, tid - 128);
+            named_sync(1, 256);
+        }
+    }
     if constexpr (FUSED) {
         static_assert((D == 128 && BM == 64) || (D == 64 && BM == 128), "the fused dQ's shapes");
         /* warpgroup c's dQ part, 64 x 64: at D = 128 every query of the step and columns 64c.., at D = 64 queries
@@ -206,7 +216,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
                     make_float4(dq[j][0] * p.scale, dq[j][1] * p.scale, dq[j][2] * p.scale, dq[j][3] * p.scale);
             fence_proxy_async(); /* the part, written by these threads, is read by the bulk reduction */
             named_sync(3 + wgc, 128);
-            if (wt == 0)
+            if (wt == 0 && m0 + 64 * qblk < p.Lq) /* (a 128-row step's second half may lie past Lq: no tile) */
                 bulk_reduce_add_f32(p.dq_acc + dq_acc_tile((long long)b * p.H + h, m0 / 64 + qblk, half, p.Lq, (p.d + 63) / 64),
                                     sDQ + (uint32_t)(wgc * 64 * 64 * 4), 64 * 64 * 4);
             wgmma_wait<0>();

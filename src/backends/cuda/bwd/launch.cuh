@@ -18,7 +18,7 @@ namespace fwbwd {
 template <class KV, kv_kernel K = KV::KIND> struct kv_wg_of { using type = KV; };
 template <class KV> struct kv_wg_of<KV, kv_kernel::ws> { using type = typename KV::FALLBACK; };
 
-/* A ws configuration whose atomic mode runs the producer-warpgroup kernel with dQ fused in (head dim 128; the host's
+/* A ws configuration whose atomic mode runs the producer-warpgroup kernel with dQ fused in (the host's
  * fw_bwd_fuses_dq says the same of its record, to lay out the accumulator). */
 template <class KV> constexpr bool fused_dq()
 {
@@ -131,7 +131,7 @@ static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s
     cudaError_t e;
     int ws = 0;
     if (atomic_dq) {
-        if constexpr (fused_dq<KV>() && !VARLEN) /* the wg kernel's atomics where a map is refused */
+        if constexpr (fused_dq<KV>()) /* the wg kernel's atomics where a map is refused */
             if ((e = dkdv_ws_launch<T, KV, VARLEN, true>(p, grid_kv, s, &ws)) != cudaSuccess || ws) {
                 if (ws && a->dq_acc_tiled_used) *a->dq_acc_tiled_used = 1;
                 return e;

@@ -62,6 +62,13 @@ static __device__ __forceinline__ long long dq_acc_tile(long long bh, int m, int
 {
     return ((bh * ((Lq + 63) / 64) + m) * cblocks + c) * 4096;
 }
+/* A ragged batch's: sequence seq (first packed row q_row0) is a dense problem of one batch entry whose tiles start at
+ * 64-row block q_row0 / 64 + seq of every head (as FlashAttention-3 pads its ragged dQ accumulator), which no earlier
+ * sequence's tiles reach; the last sequence's end before H (total_q / 64 + batch) blocks. Its first float. */
+static __device__ __forceinline__ long long dq_acc_seq_tiles(long long q_row0, int seq, int H, int cblocks)
+{
+    return (q_row0 / 64 + seq) * H * cblocks * 4096;
+}
 #endif
 
 /* A record's launch for one element type: the dK/dV kernel, and in the deterministic mode (atomic_dq = 0) the dQ

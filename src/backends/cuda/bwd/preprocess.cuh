@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_arg
     }
 }
 
-/* The same for a ragged batch (a.seqs; the accumulator sequence-major): grid over (slot of FW_BWD_DELTA_ROWS rows,
+/* The same for a ragged batch (a.seqs; the accumulator sequence-major, its tiled form params.h's dq_acc_seq_tiles): grid over (slot of FW_BWD_DELTA_ROWS rows,
  * head), each block its rows' D columns. */
 template <typename T>
 __global__ void __launch_bounds__(256) fw_bwd_dq_convert_varlen_kernel(const fw_bwd_args a)
@@ -245,10 +245,12 @@ __global__ void __launch_bounds__(256) fw_bwd_dq_convert_varlen_kernel(const fw_
     const int i0 = t.m_block * FW_BWD_DELTA_ROWS;
     const int rows = min(FW_BWD_DELTA_ROWS, q.lq - i0);
     const float *acc = a.dq_acc + ((long long)a.H * q.q_row0 + (long long)t.h * q.lq + i0) * a.D;
+    const float *tiles = a.dq_acc + dq_acc_seq_tiles(q.q_row0, q.seq, a.H, (a.D + 63) / 64);
     T *dq = (T *)a.dq + (q.q_row0 + i0) * a.dq_s[2] + (long long)t.h * a.dq_s[1];
     for (int idx = threadIdx.x; idx < rows * a.D; idx += blockDim.x) {
         const int r = idx / a.D, d = idx % a.D;
-        fw_bwd_io<T>::st(dq + (long long)r * a.dq_s[2] + d, acc[idx]);
+        fw_bwd_io<T>::st(dq + (long long)r * a.dq_s[2] + d,
+                         a.dq_acc_tiled ? tiles[dq_acc_tiled_index(t.h, i0 + r, d, q.lq, a.D)] : acc[idx]);
     }
 }
 

@@ -33,6 +33,8 @@ cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_f16_varlen(const fw_bwd_args *a, int 
 cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_tf32_bm64_w4_dq_mt2_bn32_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_tf32_bm64_w4_dq_mt2_bn32_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_tf32_bm64_w4_qs32_dq_mt1_bn64_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
@@ -127,7 +129,7 @@ extern "C" const fw_bwd_record fw_bwd_records[] = {
      NULL, fw_bwd_d64_ws_bm64_dq_ws_bn128_f16_varlen, fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16_varlen},
     {"ws-bm128-dq-ws-bn128", FW_BWD_WS, 90, 64, 128, 128, 12, 3, 128, FW_BWD_DQ_WS, 12, 0, 128,
      199936, 135424, NULL, fw_bwd_d64_ws_bm128_dq_ws_bn128_f16, fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16,
-     NULL, NULL, NULL},
+     NULL, fw_bwd_d64_ws_bm128_dq_ws_bn128_f16_varlen, fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16_varlen},
     {"tf32-bm64-w4-dq-mt2-bn32", FW_BWD_TF32, 80, 64, 64, 64, 4, 2, 64, FW_BWD_DQ_TF32, 4, 2, 32,
      111616, 111616, fw_bwd_d64_tf32_bm64_w4_dq_mt2_bn32_f32, NULL, NULL,
      fw_bwd_d64_tf32_bm64_w4_dq_mt2_bn32_f32_varlen, NULL, NULL},

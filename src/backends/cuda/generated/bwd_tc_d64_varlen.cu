@@ -18,6 +18,13 @@ struct d64_kv_wg_bm64_s2 {
     using ATOMIC_KV = d64_kv_wg_bm64_s2;
 };
 
+struct d64_kv_wg_bm128_s2 {
+    static constexpr kv_kernel KIND = kv_kernel::wg;
+    static constexpr int D = 64, BM = 128, STAGES = 2;
+    static constexpr bool OVERLAP = false;
+    using ATOMIC_KV = d64_kv_wg_bm128_s2;
+};
+
 struct d64_kv_wg_bm64_s3_ovl {
     static constexpr kv_kernel KIND = kv_kernel::wg;
     static constexpr int D = 64, BM = 64, STAGES = 3;
@@ -25,11 +32,25 @@ struct d64_kv_wg_bm64_s3_ovl {
     using ATOMIC_KV = d64_kv_wg_bm64_s2;
 };
 
+struct d64_kv_wg_bm128_s3_ovl {
+    static constexpr kv_kernel KIND = kv_kernel::wg;
+    static constexpr int D = 64, BM = 128, STAGES = 3;
+    static constexpr bool OVERLAP = true;
+    using ATOMIC_KV = d64_kv_wg_bm128_s2;
+};
+
 struct d64_kv_ws_bm64_s3 {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 64, BM = 64, STAGES = 3;
     using FALLBACK = d64_kv_wg_bm64_s3_ovl;
     using ATOMIC_KV = d64_kv_wg_bm64_s2;
+};
+
+struct d64_kv_ws_bm128_s3 {
+    static constexpr kv_kernel KIND = kv_kernel::ws;
+    static constexpr int D = 64, BM = 128, STAGES = 3;
+    using FALLBACK = d64_kv_wg_bm128_s3_ovl;
+    using ATOMIC_KV = d64_kv_wg_bm128_s2;
 };
 
 struct d64_dq_mma_w4_mt2_bn32 {
@@ -73,4 +94,12 @@ extern "C" cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_f16_varlen(const fw_bwd_ar
 extern "C" cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm64_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__half, fwbwd::d64_kv_ws_bm128_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm128_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
 }

@@ -196,6 +196,7 @@ template <int BN, int BM> struct key_block {
 struct seq_span {
     int64_t q_row0, k_row0;
     int lq, lk;
+    int seq; /* its index in the batch */
 };
 
 /* Rows [row0, row0 + len) of a sequence from its two raw offsets a, e, clamped exactly as the serving
@@ -267,6 +268,7 @@ struct varlen_tile_scheduler {
         ke = __shfl_sync(all, ke, j);
         clamp_rows(qa, qe, s.total_q, max_q, q.q_row0, q.lq);
         clamp_rows(ka, ke, s.total_k, max_k, q.k_row0, q.lk);
+        q.seq = lo + j;
         const int nb = ((KEYS ? q.lk : q.lq) + BM - 1) / BM;
         const int64_t r = slot - ((KEYS ? q.k_row0 : q.q_row0) / BM + lo + j);
         if (r >= nb) return false;
