@@ -27,13 +27,15 @@ static const struct bwd_defaults {
     const char *atomic, *deterministic, *det_short, *atomic_fallback, *det_fallback, *varlen_det;
     const char *atomic_sm90; /* the atomic mode on sm_90a (NULL: atomic) */
     const char *tf32, *varlen_tf32; /* f32 in the tf32 and 3xtf32 forms (deterministic mode) */
+    const char *fit[2]; /* 16-bit, where the mode's record needs more shared memory than the device has: the first of
+                           these that fits (the 2-D kernel at head_dim 128 takes 173 KB; an A100 has 163) */
 } bwd_defaults[] = {
     {64, "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "wg-bm128-dq-wg-bn128", "bm64-w4-qs32-dq-w4-mt2-bn32",
      "bm64-w4-qs32-dq-w4-mt2-bn32", "ws-bm64-dq-ws-bn128", "ws-bm128-dq-ws-bn128", "tf32-bm64-w4-dq-mt2-bn32",
-     "tf32-bm64-w4-dq-mt2-bn32"},
+     "tf32-bm64-w4-dq-mt2-bn32", {NULL, NULL}},
     {128, "bm64-w8-2d-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", NULL, "bm64-w8-2d-dq-w4-mt2-bn32",
      "bm32-w4-dq-w4-mt2-bn32", "wg-bm64-ovl-dq-ws-bn64", "ws-bm64-dq-ws-bn64", "tf32-bm16-w4-dq-mt1-bn16",
-     "tf32-bm16-w4-dq-mt1-bn16"},
+     "tf32-bm16-w4-dq-mt1-bn16", {"bm64-w8-dq-w4-mt2-bn32", "bm32-w4-dq-w4-mt2-bn32"}},
 };
 #define BWD_DET_SHORT_LK 1024
 
@@ -175,10 +177,14 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
                                                       : df->deterministic;
     const fw_bwd_record *r = fw_bwd_record_named(dpad, name);
     const fw_bwd_record *chosen = k->cuda_bwd_config[0] ? fw_bwd_record_named(dpad, k->cuda_bwd_config) : NULL;
-    if (chosen && record_takes(chosen, p)) r = chosen;
+    const int forced = chosen && record_takes(chosen, p);
+    if (forced) r = chosen;
     if (r && r->arch == 90 && !fw_cuda_is_sm90a(di)) /* the wgmma kernels: sm_90a machine code */
         r = fw_bwd_record_named(dpad, atomic ? df->atomic_fallback : df->det_fallback);
-    return r && record_takes(r, p) && record_smem(r, atomic) <= (size_t)di->smem_optin ? r : NULL;
+    auto fits = [&](const fw_bwd_record *x) { return x && record_takes(x, p) && record_smem(x, atomic) <= (size_t)di->smem_optin; };
+    for (int i = 0; i < 2 && !forced && !f32 && !fits(r); i++)
+        if (df->fit[i]) r = fw_bwd_record_named(dpad, df->fit[i]);
+    return fits(r) ? r : NULL;
 }
 
 /* dQ by atomics (as FlashAttention-2) or by the deterministic separate pass: the config name decides where it names
@@ -222,11 +228,6 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
     const fw_bwd_record *cores = fw_bwd_record_named(dpad, "cores");
     if (!cores) {
         fw_why(why, why_len, "the CUDA backward has no kernels for head_dim %lld", (long long)p->head_dim);
-        return FW_ERR_UNSUPPORTED;
-    }
-    if (cores->smem_deterministic > (size_t)di->smem_optin) {
-        fw_why(why, why_len, "the CUDA backward for head_dim %lld needs %zu bytes of shared memory per block; cuda:%d allows %d",
-               (long long)p->head_dim, cores->smem_deterministic, p->device.index, di->smem_optin);
         return FW_ERR_UNSUPPORTED;
     }
     char mode[24];
@@ -283,6 +284,11 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
         if (atomic) r = ra;
     } else {
         r = tc_pick(p, atomic, di, k);
+    }
+    if (!r && cores->smem_deterministic > (size_t)di->smem_optin) {
+        fw_why(why, why_len, "the CUDA backward for head_dim %lld needs %zu bytes of shared memory per block; cuda:%d allows %d",
+               (long long)p->head_dim, cores->smem_deterministic, p->device.index, di->smem_optin);
+        return FW_ERR_UNSUPPORTED;
     }
     plan->atomic = atomic;
     plan->record = r ? r : cores;
