@@ -15,7 +15,7 @@ PROTO = "cudaError_t {}(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream
 
 def defaults(r):
     """The backward's fields before the options."""
-    return dict(qs=r["bm"], ovl=False, dq=None, varlen=False)
+    return dict(qs=r["bm"], ovl=False, dq=None, varlen=False, fuse=False)
 
 
 def option(r, o):
@@ -28,6 +28,8 @@ def option(r, o):
         r["ovl"] = True
     elif o == "varlen":
         r["varlen"] = True
+    elif o == "fuse" and fam == "bwd.ws":
+        r["fuse"] = True
     elif m and fam != "bwd.cores":
         r["dq"] = (dict(kind="tf32" if fam == "bwd.tf32" else "mma", warps=int(m[1]), mt=int(m[2]), bn=int(m[3])) if m[1]
                    else dict(kind=m[4], warps=8 if m[4] == "wg" else 12, mt=0, bn=int(m[5])))
@@ -111,7 +113,7 @@ def kv_smem(r, atomic):
         sd = d + 8
         return 2 * 128 * sd * 2 + 2 * (2 * 64 * sd * 2) + 2 * (2 * 64 * 4) + 2 * 128 * 72 * 2
     a = wg_smem(d, bm, 2 if atomic else r["stages"], atomic)  # ws: its cp.async fallback's
-    if f == "bwd.ws" and atomic and (d, bm) in ((128, 64), (64, 128)):  # launch.cuh: fused_dq, the producer-warpgroup kernel with dQ in it
+    if f == "bwd.ws" and atomic and r["fuse"]:  # launch.cuh: fused_dq, the producer-warpgroup kernel with dQ in it
         a = max(a, 1024 + 2 * 128 * d * 2 + 2 * 2 * bm * d * 2 + ((2 * 2 * bm * 4 + 1023) & ~1023)
                 + 2 * 2 * 64 * bm * 2 + 2 * bm * (d // 2) * 4 + 256)
     return a
@@ -172,9 +174,10 @@ def structs(r):
         if r["ovl"]:
             out.append(wg(r["bm"], 2, False))
     else:
-        name = f"d{d}_kv_ws_bm{r['bm']}_s{r['stages']}"
+        name = f"d{d}_kv_ws_bm{r['bm']}_s{r['stages']}" + ("_fuse" if r["fuse"] else "")
         out.append((name, 4, f"struct {name} {{\n    static constexpr kv_kernel KIND = kv_kernel::ws;\n"
                              f"{pre}BM = {r['bm']}, STAGES = {r['stages']};\n"
+                             f"    static constexpr bool FUSE_DQ = {'true' if r['fuse'] else 'false'};\n"
                              f"    using FALLBACK = d{d}_kv_wg_bm{r['bm']}_s3_ovl;\n"
                              f"    using ATOMIC_KV = d{d}_kv_wg_bm{r['bm']}_s2;\n}};\n"))
         out += [wg(r["bm"], 3, True), wg(r["bm"], 2, False)]
@@ -249,7 +252,7 @@ def records_file(recs):
             for dt, _ in dtypes_of(r):
                 out.append(PROTO.format(launch_name(r, dt, varlen)) + ";")
     out.append("}\n")
-    out.append("/* name, kernel, arch, d, bm, bn, warps, stages, sub_m, dq_kernel, dq_warps, dq_mt, dq_bn,\n"
+    out.append("/* name, kernel, arch, d, bm, bn, warps, stages, sub_m, dq_kernel, dq_warps, dq_mt, dq_bn, fuse_dq,\n"
                " * smem_atomic, smem_deterministic, f32, f16, bf16, varlen_f32, varlen_f16, varlen_bf16 */")
     out.append('extern "C" const fw_bwd_record fw_bwd_records[] = {')
     for r in recs:
@@ -260,7 +263,8 @@ def records_file(recs):
                            for dt in ("f32", "f16", "bf16"))
         out.append(f'    {{"{r["name"]}", {KERNEL[r["family"]]}, {ARCH[r["arch"]]}, {r["d"]}, {r["bm"]}, {r["bn"]}, '
                    f'{r["warps"]}, {r["stages"]}, {r["qs"]}, {DQ_KERNEL.get(q["kind"], "FW_BWD_DQ_CORES")}, {q["warps"]}, '
-                   f'{q["mt"]}, {q["bn"]},\n     {smem(r, True)}, {smem(r, False)}, {launches},\n     {ragged}}},')
+                   f'{q["mt"]}, {q["bn"]}, {int(r["fuse"])},\n     {smem(r, True)}, {smem(r, False)}, {launches},\n'
+                   f'     {ragged}}},')
     out.append("};")
     out.append('extern "C" const int fw_bwd_nrecords = (int)(sizeof fw_bwd_records / sizeof fw_bwd_records[0]);')
     return "\n".join(out) + "\n"

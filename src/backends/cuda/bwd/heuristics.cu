@@ -65,10 +65,7 @@ extern "C" const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name)
     return NULL;
 }
 
-extern "C" int fw_bwd_fuses_dq(const fw_bwd_record *r)
-{
-    return r->kernel == FW_BWD_WS && ((r->d == 128 && r->bm == 64) || (r->d == 64 && r->bm == 128));
-}
+extern "C" int fw_bwd_fuses_dq(const fw_bwd_record *r) { return r->fuse_dq; }
 
 /* Every row of the tensor 16-byte aligned: strides multiples of per16 elements. */
 static int rows16(const int64_t *s, int64_t nb, int64_t nh, int64_t ns, int per16 = 8)

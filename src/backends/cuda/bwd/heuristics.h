@@ -52,8 +52,8 @@ const fw_bwd_record *fw_bwd_records_of(int dpad, int *n);
 const fw_bwd_record *fw_bwd_record_named(int dpad, const char *name);
 
 /* Does record r's atomic mode accumulate dQ inside its dK/dV kernel, in the tiled layout (params.h: dq_acc_tile,
- * dq_acc_seq_tiles)? The ws records of 64 query rows at head dim 128 and of 128 rows at 64: launch.cuh's fused_dq,
- * where a refused tensor map runs the wg kernel's row atomics instead. */
+ * dq_acc_seq_tiles)? kernels.tsv's fuse (launch.cuh: fused_dq), where a refused tensor map runs the wg kernel's row
+ * atomics instead. */
 int fw_bwd_fuses_dq(const fw_bwd_record *r);
 /* Can the tensor-core records run p: f16/bf16, head_dim a multiple of 8 up to 128, sequences below 2^28, every
  * row 16-byte aligned, and the knobs allow them (FW_CUDA_BWD_TC unset or 1). Else 0 with the reason. */

@@ -6,14 +6,14 @@
  *   dK/dV   kv_kernel::mma    D, BM, WARPS, QS (query rows per sub-tile)          kernel_dkdv_mma.cuh
  *           kv_kernel::mma2d  D, BM (64), WARPS (8)                               kernel_dkdv_mma2d.cuh
  *           kv_kernel::wg     D, BM, STAGES, OVERLAP, ATOMIC_KV                   kernel_dkdv_wg.cuh
- *           kv_kernel::ws     D, BM, STAGES, FALLBACK, ATOMIC_KV                  kernel_dkdv_ws.cuh
+ *           kv_kernel::ws     D, BM, STAGES, FUSE_DQ, FALLBACK, ATOMIC_KV         kernel_dkdv_ws.cuh
  *           kv_kernel::cores  D, BM, BN (dQ included)                             kernel_cores.cuh
  *   dQ      dq_kernel::mma    D, WARPS, MT (m16 tiles per warp), BN               kernel_dq_mma.cuh
  *           dq_kernel::wg     D, BN, STAGES                                       kernel_dq_wg.cuh
  *           dq_kernel::ws     D, BN, STAGES, FALLBACK                             kernel_dq_ws.cuh
  * ATOMIC_KV: the configuration whose kernel runs the atomic dQ mode (the overlapped schedule is for the
- * deterministic mode; at head dim 128 the producer warpgroup's kernel runs the atomic mode itself, with dQ fused
- * in: launch.cuh's fused_dq, and ATOMIC_KV only where a tensor map is refused or the batch is ragged); FALLBACK: the
+ * deterministic mode; with FUSE_DQ the producer warpgroup's kernel runs the atomic mode itself, with dQ fused in:
+ * launch.cuh's fused_dq, and ATOMIC_KV only where a tensor map is refused); FALLBACK: the
  * cp.async kernel that runs where the driver refuses a tensor map. */
 #ifndef FW_BWD_KERNEL_COMMON_CUH
 #define FW_BWD_KERNEL_COMMON_CUH

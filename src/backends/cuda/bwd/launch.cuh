@@ -18,11 +18,11 @@ namespace fwbwd {
 template <class KV, kv_kernel K = KV::KIND> struct kv_wg_of { using type = KV; };
 template <class KV> struct kv_wg_of<KV, kv_kernel::ws> { using type = typename KV::FALLBACK; };
 
-/* A ws configuration whose atomic mode runs the producer-warpgroup kernel with dQ fused in (the host's
- * fw_bwd_fuses_dq says the same of its record, to lay out the accumulator). */
+/* A ws configuration whose atomic mode runs the producer-warpgroup kernel with dQ fused in (kernels.tsv's fuse, which
+ * the host reads from its record: fw_bwd_fuses_dq). */
 template <class KV> constexpr bool fused_dq()
 {
-    if constexpr (KV::KIND == kv_kernel::ws) return (KV::D == 128 && KV::BM == 64) || (KV::D == 64 && KV::BM == 128);
+    if constexpr (KV::KIND == kv_kernel::ws) return KV::FUSE_DQ;
     else return false;
 }
 

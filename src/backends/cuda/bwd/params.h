@@ -106,6 +106,7 @@ typedef struct fw_bwd_record {
     int sub_m;            /* mma: query rows per sub-tile (== bm: none) */
     fw_bwd_dq_kernel dq_kernel;
     int dq_warps, dq_mt, dq_bn; /* dQ kernel: warps (mma), m16 tiles per warp (mma), keys per step */
+    int fuse_dq;                /* ws: the atomic mode adds dQ up in the dK/dV kernel (kernels.tsv's fuse) */
     size_t smem_atomic, smem_deterministic; /* dynamic shared memory, the larger of a mode's kernels, bytes */
     fw_bwd_launch_fn f32, f16, bf16;        /* f32: the CUDA-core and tf32 records (NULL elsewhere); the tf32
                                                records have f32 only */

@@ -44,9 +44,10 @@ struct d128_kv_wg_bm64_s3_ovl {
     using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
 
-struct d128_kv_ws_bm64_s3 {
+struct d128_kv_ws_bm64_s3_fuse {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 128, BM = 64, STAGES = 3;
+    static constexpr bool FUSE_DQ = true;
     using FALLBACK = d128_kv_wg_bm64_s3_ovl;
     using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
@@ -99,8 +100,8 @@ static_assert(tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_wg_bn64_s3>(dq_mode::atomi
 static_assert(tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_ws_bn64_s3>(dq_mode::atomic) == 149504 &&
                   tc_smem<d128_kv_wg_bm64_s3_ovl, d128_dq_ws_bn64_s3>(dq_mode::deterministic) == 166912,
               "kernels.tsv: shared memory of wg-bm64-ovl-dq-ws-bn64");
-static_assert(tc_smem<d128_kv_ws_bm64_s3, d128_dq_ws_bn64_s3>(dq_mode::atomic) == 198912 &&
-                  tc_smem<d128_kv_ws_bm64_s3, d128_dq_ws_bn64_s3>(dq_mode::deterministic) == 166912,
+static_assert(tc_smem<d128_kv_ws_bm64_s3_fuse, d128_dq_ws_bn64_s3>(dq_mode::atomic) == 198912 &&
+                  tc_smem<d128_kv_ws_bm64_s3_fuse, d128_dq_ws_bn64_s3>(dq_mode::deterministic) == 166912,
               "kernels.tsv: shared memory of ws-bm64-dq-ws-bn64");
 
 } /* namespace fwbwd */
@@ -179,9 +180,9 @@ extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16(const fw_bwd_args
 }
 extern "C" cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__half, fwbwd::d128_kv_ws_bm64_s3, fwbwd::d128_dq_ws_bn64_s3>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__half, fwbwd::d128_kv_ws_bm64_s3_fuse, fwbwd::d128_dq_ws_bn64_s3>(a, atomic_dq, stream);
 }
 extern "C" cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_ws_bm64_s3, fwbwd::d128_dq_ws_bn64_s3>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_ws_bm64_s3_fuse, fwbwd::d128_dq_ws_bn64_s3>(a, atomic_dq, stream);
 }

@@ -30,9 +30,10 @@ struct d128_kv_wg_bm64_s3_ovl {
     using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
 
-struct d128_kv_ws_bm64_s3 {
+struct d128_kv_ws_bm64_s3_fuse {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 128, BM = 64, STAGES = 3;
+    static constexpr bool FUSE_DQ = true;
     using FALLBACK = d128_kv_wg_bm64_s3_ovl;
     using ATOMIC_KV = d128_kv_wg_bm64_s2;
 };
@@ -89,9 +90,9 @@ extern "C" cudaError_t fw_bwd_d128_wg_bm64_ovl_dq_ws_bn64_bf16_varlen(const fw_b
 }
 extern "C" cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__half, fwbwd::d128_kv_ws_bm64_s3, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__half, fwbwd::d128_kv_ws_bm64_s3_fuse, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
 }
 extern "C" cudaError_t fw_bwd_d128_ws_bm64_dq_ws_bn64_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_ws_bm64_s3, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d128_kv_ws_bm64_s3_fuse, fwbwd::d128_dq_ws_bn64_s3, true>(a, atomic_dq, stream);
 }

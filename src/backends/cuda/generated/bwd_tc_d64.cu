@@ -61,13 +61,15 @@ struct d64_kv_wg_bm128_s3_ovl {
 struct d64_kv_ws_bm64_s3 {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 64, BM = 64, STAGES = 3;
+    static constexpr bool FUSE_DQ = false;
     using FALLBACK = d64_kv_wg_bm64_s3_ovl;
     using ATOMIC_KV = d64_kv_wg_bm64_s2;
 };
 
-struct d64_kv_ws_bm128_s3 {
+struct d64_kv_ws_bm128_s3_fuse {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 64, BM = 128, STAGES = 3;
+    static constexpr bool FUSE_DQ = true;
     using FALLBACK = d64_kv_wg_bm128_s3_ovl;
     using ATOMIC_KV = d64_kv_wg_bm128_s2;
 };
@@ -136,8 +138,8 @@ static_assert(tc_smem<d64_kv_wg_bm64_s3_ovl, d64_dq_ws_bn128_s3>(dq_mode::atomic
 static_assert(tc_smem<d64_kv_ws_bm64_s3, d64_dq_ws_bn128_s3>(dq_mode::atomic) == 83968 &&
                   tc_smem<d64_kv_ws_bm64_s3, d64_dq_ws_bn128_s3>(dq_mode::deterministic) == 132352,
               "kernels.tsv: shared memory of ws-bm64-dq-ws-bn128");
-static_assert(tc_smem<d64_kv_ws_bm128_s3, d64_dq_ws_bn128_s3>(dq_mode::atomic) == 199936 &&
-                  tc_smem<d64_kv_ws_bm128_s3, d64_dq_ws_bn128_s3>(dq_mode::deterministic) == 135424,
+static_assert(tc_smem<d64_kv_ws_bm128_s3_fuse, d64_dq_ws_bn128_s3>(dq_mode::atomic) == 199936 &&
+                  tc_smem<d64_kv_ws_bm128_s3_fuse, d64_dq_ws_bn128_s3>(dq_mode::deterministic) == 135424,
               "kernels.tsv: shared memory of ws-bm128-dq-ws-bn128");
 
 } /* namespace fwbwd */
@@ -232,9 +234,9 @@ extern "C" cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16(const fw_bwd_args *a,
 }
 extern "C" cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__half, fwbwd::d64_kv_ws_bm128_s3, fwbwd::d64_dq_ws_bn128_s3>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__half, fwbwd::d64_kv_ws_bm128_s3_fuse, fwbwd::d64_dq_ws_bn128_s3>(a, atomic_dq, stream);
 }
 extern "C" cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm128_s3, fwbwd::d64_dq_ws_bn128_s3>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm128_s3_fuse, fwbwd::d64_dq_ws_bn128_s3>(a, atomic_dq, stream);
 }

@@ -42,13 +42,15 @@ struct d64_kv_wg_bm128_s3_ovl {
 struct d64_kv_ws_bm64_s3 {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 64, BM = 64, STAGES = 3;
+    static constexpr bool FUSE_DQ = false;
     using FALLBACK = d64_kv_wg_bm64_s3_ovl;
     using ATOMIC_KV = d64_kv_wg_bm64_s2;
 };
 
-struct d64_kv_ws_bm128_s3 {
+struct d64_kv_ws_bm128_s3_fuse {
     static constexpr kv_kernel KIND = kv_kernel::ws;
     static constexpr int D = 64, BM = 128, STAGES = 3;
+    static constexpr bool FUSE_DQ = true;
     using FALLBACK = d64_kv_wg_bm128_s3_ovl;
     using ATOMIC_KV = d64_kv_wg_bm128_s2;
 };
@@ -97,9 +99,9 @@ extern "C" cudaError_t fw_bwd_d64_ws_bm64_dq_ws_bn128_bf16_varlen(const fw_bwd_a
 }
 extern "C" cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__half, fwbwd::d64_kv_ws_bm128_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__half, fwbwd::d64_kv_ws_bm128_s3_fuse, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
 }
 extern "C" cudaError_t fw_bwd_d64_ws_bm128_dq_ws_bn128_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
-    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm128_s3, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
+    return fwbwd::tc_launch<__nv_bfloat16, fwbwd::d64_kv_ws_bm128_s3_fuse, fwbwd::d64_dq_ws_bn128_s3, true>(a, atomic_dq, stream);
 }
