@@ -5,7 +5,7 @@
  * mbarrier once the step's products that read it have retired.
  *
  * Deterministic mode: the consumers run dkdv_wg_kernel's overlapped schedule (consumer_dkdv_wg.cuh), never held in
- * step with each other (no block-wide barrier per step). FUSED (the atomic mode of fw_bwd_fuses_dq's records):
+ * step with each other (no block-wide barrier per step). FUSED (the atomic mode of kernels.tsv's fuse records):
  * FlashAttention-3's step with all five products, dQ's part of each step added into an f32 accumulator by a bulk
  * reduction, in two stages; the consumers meet once a step, when dQ reads both warpgroups' dSᵀ.
  *
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
     seq_span rows{}; /* VARLEN: its first rows in the packed tensors */
     if constexpr (VARLEN) {
         if (!ragged_block<T, BN, true>(args, false, seq, tile, &rows)) return;
-        if constexpr (FUSED) seq.dq_acc = args.dq_acc + dq_acc_seq_tiles(rows.q_row0, rows.seq, args.H, (args.d + 63) / 64);
+        if constexpr (FUSED) /* its own tiles (params.h), not seq_problem's rows */
+            seq.dq_acc = args.dq_acc + dq_acc_seq_tiles(rows.q_row0, rows.seq, args.H, (args.d + 63) / 64);
     }
     const fw_bwd_tc_params &p = VARLEN ? seq : args;
     const int q_row0 = (int)rows.q_row0, k_row0 = (int)rows.k_row0; /* < 2^31: the maps' extents */
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
         constexpr bool BY_COLUMNS = D == 128;
         const int qblk = BY_COLUMNS ? 0 : wgc, half = BY_COLUMNS ? wgc : 0;
         /* FlashAttention-3's step: Sᵀ, dPᵀ; Pᵀ, dSᵀ (dSᵀ also to shared memory); dV += Pᵀ dO; once both
-         * warpgroups' dSᵀ are there, dQ = scale · dS K over all 128 keys (warpgroup c: dQ's columns 64c..),
+         * warpgroups' dSᵀ are there, dQ = scale · dS K over all 128 keys (warpgroup c: its part, above),
          * dK += dSᵀ Q; dQ's part to shared memory once its product is done (dK's still running), added to the
          * f32 accumulator by a bulk reduction. No product of a step overlaps the next step's: the next step's
          * Sᵀ, dPᵀ issued behind dK spill (208 accumulator registers in flight). */
@@ -216,9 +217,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_ws_kernel(const fw_bwd_tc_params 
                     make_float4(dq[j][0] * p.scale, dq[j][1] * p.scale, dq[j][2] * p.scale, dq[j][3] * p.scale);
             fence_proxy_async(); /* the part, written by these threads, is read by the bulk reduction */
             named_sync(3 + wgc, 128);
-            if (wt == 0 && m0 + 64 * qblk < p.Lq) /* (a 128-row step's second half may lie past Lq: no tile) */
-                bulk_reduce_add_f32(p.dq_acc + dq_acc_tile((long long)b * p.H + h, m0 / 64 + qblk, half, p.Lq, (p.d + 63) / 64),
-                                    sDQ + (uint32_t)(wgc * 64 * 64 * 4), 64 * 64 * 4);
+            if (wt == 0 && m0 + 64 * qblk < p.Lq) { /* (a 128-row step's second half may lie past Lq: no tile) */
+                const long long tile = dq_acc_tile((long long)b * p.H + h, m0 / 64 + qblk, half, p.Lq, (p.d + 63) / 64);
+                bulk_reduce_add_f32(p.dq_acc + tile, sDQ + (uint32_t)(wgc * 64 * 64 * 4), 64 * 64 * 4);
+            }
             wgmma_wait<0>();
             wgmma_reg_fence(w.dk);
             ring.release(it); /* step it's stage is read */
