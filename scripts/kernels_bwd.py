@@ -115,7 +115,7 @@ def kv_smem(r, atomic):
     a = wg_smem(d, bm, 2 if atomic else r["stages"], atomic)  # ws: its cp.async fallback's
     if f == "bwd.ws" and atomic and r["fuse"]:  # launch.cuh: fused_dq, the producer-warpgroup kernel with dQ in it
         a = max(a, 1024 + 2 * 128 * d * 2 + 2 * 2 * bm * d * 2 + ((2 * 2 * bm * 4 + 1023) & ~1023)
-                + 2 * 2 * 64 * bm * 2 + 2 * bm * (d // 2) * 4 + 256)
+                + 2 * 2 * 64 * bm * 2 + 2 * 64 * 64 * 4 + 256)
     return a
 
 

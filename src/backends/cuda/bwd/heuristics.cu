@@ -179,7 +179,7 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
     if (r && r->arch == 90 && !fw_cuda_is_sm90a(di)) /* the wgmma kernels: sm_90a machine code */
         r = fw_bwd_record_named(dpad, atomic ? df->atomic_fallback : df->det_fallback);
     auto fits = [&](const fw_bwd_record *x) { return x && record_takes(x, p) && record_smem(x, atomic) <= (size_t)di->smem_optin; };
-    for (int i = 0; i < 2 && !forced && !f32 && !fits(r); i++)
+    for (int i = 0; i < 2 && !forced && !fits(r); i++)
         if (df->fit[i]) r = fw_bwd_record_named(dpad, df->fit[i]);
     return fits(r) ? r : NULL;
 }
@@ -193,16 +193,15 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
     return k->cuda_bwd_atomic;
 }
 
-/* Where no mode is asked for: 16-bit, at least BWD_FUSED_DQ_MIN_LK keys (a ragged batch: in its longest sequence),
- * where the deterministic default r is a wgmma record and the atomic mode's ra fuses dQ into its dK/dV kernel
- * (launch.cuh: fused_dq): ra. On an H200 at head dim 128 1.10-1.14x the deterministic pipeline at 4096-16384 keys,
+/* Where no mode is asked for: at least BWD_FUSED_DQ_MIN_LK keys (a ragged batch: in its longest sequence), where the
+ * atomic mode's record ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq; only wgmma records for 16-bit inputs
+ * on sm_90a do) and no record is forced: ra. On an H200 at head dim 128 1.10-1.14x the deterministic pipeline at 4096-16384 keys,
  * 0.96x at 2048 and 0.88x at 1024; at head dim 64 1.11x (causal) and 1.13x (no mask) at 4096, 0.98x at 1024; on
  * bench/varlen_bwd's ragged batch (16 sequences of 128..4096) 1.11-1.21x (docs/PERF.md, "dQ modes on Hopper"). */
 #define BWD_FUSED_DQ_MIN_LK 4096
-static int fused_dq_default(const fw_problem *p, const fw_bwd_record *r, const fw_bwd_record *ra, const fw_knobs *k)
+static int fused_dq_default(const fw_problem *p, const fw_bwd_record *ra, const fw_knobs *k)
 {
-    return r && ra && !k->cuda_bwd_config[0] && r->arch == 90 && r->kernel != FW_BWD_TF32 && fw_bwd_fuses_dq(ra) &&
-           p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
+    return ra && fw_bwd_fuses_dq(ra) && !k->cuda_bwd_config[0] && p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
 }
 
 /* Splits "bwd-<mode>[:<record>]" into its mode and record (NULL: none); 0 if the name is no such name. */
@@ -277,7 +276,7 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
         r = tc_pick(p, 0, di, k);
         const fw_bwd_record *ra = tc_pick(p, 1, di, k);
         atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS || r->kernel == FW_BWD_TF32)) ||
-                 fused_dq_default(p, r, ra, k);
+                 fused_dq_default(p, ra, k);
         if (atomic) r = ra;
     } else {
         r = tc_pick(p, atomic, di, k);
@@ -308,9 +307,8 @@ static void plan_config(const fw_bwd_plan *plan, fw_config *c)
     c->stages = r->stages;
 }
 
-/* In the atomic mode the ws and overlapped wg records run their bm's plain wg kernel (the ws records at head dim 128
- * their own, with dQ fused in), and the dQ kernel never runs: the first record with each atomic dK/dV kernel stands
- * for the others. */
+/* In the atomic mode the ws and overlapped wg records run their bm's plain wg kernel (the fuse records their own, with
+ * dQ fused in), and the dQ kernel never runs: the first record with each atomic dK/dV kernel stands for the others. */
 static int same_atomic_kernel(const fw_bwd_record *a, const fw_bwd_record *b)
 {
     if (fw_bwd_fuses_dq(a) || fw_bwd_fuses_dq(b)) return fw_bwd_fuses_dq(a) && fw_bwd_fuses_dq(b);

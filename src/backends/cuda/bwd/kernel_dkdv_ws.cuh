@@ -32,13 +32,13 @@ struct dkdv_tma_maps {
 };
 
 /* Shared memory of configuration C (D, BM, STAGES); FUSED: two stages, then two buffers of both warpgroups' dSᵀ
- * (64 keys x BM queries each, 128-byte swizzle) and each warpgroup's BM x D/2 f32 part of dQ (rows of D/2 + 8
- * floats: conflict-free float2 stores, 16-byte-aligned rows for the bulk reductions). */
+ * (64 keys x BM queries each, 128-byte swizzle) and each warpgroup's 64 x 64 f32 part of dQ in the accumulator's
+ * tile order (params.h: dq_acc_tile), the source of its bulk reduction. */
 template <class C, bool FUSED = false> struct dkdv_ws_geom {
     static constexpr int D = C::D, BN = 128, BM = C::BM, ST = FUSED ? 2 : C::STAGES;
     static constexpr uint32_t KV_BYTES = BN * D * 2, QD_BYTES = BM * D * 2, STAT_BYTES = 2 * BM * 4;
     static constexpr uint32_t STAT_AREA = FUSED ? ((ST * STAT_BYTES + 1023) & ~1023u) : ST * STAT_BYTES;
-    static constexpr uint32_t DS_BYTES = FUSED ? 2 * (2 * 64 * BM * 2) : 0, DQ_BYTES = FUSED ? 2 * BM * (D / 2) * 4 : 0;
+    static constexpr uint32_t DS_BYTES = FUSED ? 2 * (2 * 64 * BM * 2) : 0, DQ_BYTES = FUSED ? 2 * 64 * 64 * 4 : 0;
     /* K, V; per stage Q, dO; per stage lse2, Δ; FUSED: dSᵀ, dQ; the mbarriers */
     static constexpr size_t SMEM =
         1024 + 2 * (size_t)KV_BYTES + 2 * ST * (size_t)QD_BYTES + STAT_AREA + DS_BYTES + DQ_BYTES + 256;
