@@ -19,36 +19,15 @@ int main(void)
 #else
 #include "backends/cuda/bwd/heuristics.h"
 
-#define ADDR(n) ((void *)(uintptr_t)(n)) /* fake device addresses: the heuristics read them, never dereference them */
+#include "fake_problem.h"
 
 /* shared memory a block may opt into: 227 KB on an H100, 163 KB on an A100, 99 KB on compute capability 8.6 and 8.9 */
 static const fw_cuda_device_info HOPPER = {9, 0, 232448, 132}, AMPERE = {8, 0, 166912, 108}, ADA = {8, 9, 101376, 128};
 
-static void contiguous(int64_t *s, int64_t h, int64_t l, int64_t d)
-{
-    s[0] = h * l * d;
-    s[1] = l * d;
-    s[2] = d;
-    s[3] = 1;
-}
-
-/* A dense bf16 backward on cuda:0, contiguous (B, H, L, D) tensors at 256-byte aligned addresses. */
+/* A dense bf16 backward. */
 static fw_problem dense(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D)
 {
-    fw_problem p;
-    memset(&p, 0, sizeof p);
-    p.batch = B; p.heads = H; p.kv_heads = Hkv; p.group = H / Hkv;
-    p.seqlen_q = Lq; p.seqlen_k = Lk; p.head_dim = D;
-    p.dtype = FW_BF16;
-    p.device.kind = FW_DEVICE_CUDA;
-    p.kind = FW_CALL_DENSE;
-    p.q = ADDR(0x100000); p.k = ADDR(0x200000); p.v = ADDR(0x300000); p.o = ADDR(0x400000);
-    p.dout = ADDR(0x500000); p.dq = ADDR(0x600000); p.dk = ADDR(0x700000); p.dv = ADDR(0x800000);
-    contiguous(p.q_stride, H, Lq, D); contiguous(p.o_stride, H, Lq, D);
-    contiguous(p.do_stride, H, Lq, D); contiguous(p.dq_stride, H, Lq, D);
-    contiguous(p.k_stride, Hkv, Lk, D); contiguous(p.v_stride, Hkv, Lk, D);
-    contiguous(p.dk_stride, Hkv, Lk, D); contiguous(p.dv_stride, Hkv, Lk, D);
-    return p;
+    return fake_dense(B, H, Hkv, Lq, Lk, D, FW_BF16, 1);
 }
 
 /* A ragged batch of `seqs` sequences packed into total_q / total_k rows, the longest max_q / max_k. */

@@ -18,36 +18,12 @@ int main(void)
 #else
 #include "backends/cuda/common/stage.h"
 
-#define ADDR(n) ((void *)(uintptr_t)(n)) /* fake device addresses: the rule reads them, never dereferences them */
+#include "fake_problem.h"
 
-static void contiguous(int64_t *s, int64_t h, int64_t l, int64_t d)
-{
-    s[0] = h * l * d;
-    s[1] = l * d;
-    s[2] = d;
-    s[3] = 1;
-}
-
-/* A dense f16 forward on cuda:0, (B, H, L, D) contiguous tensors at 256-byte aligned addresses; backward: with
- * dout, dq, dk, dv too. */
+/* A dense f16 forward (backward: with dout, dq, dk, dv too). */
 static fw_problem dense(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D, int backward)
 {
-    fw_problem p;
-    memset(&p, 0, sizeof p);
-    p.batch = B; p.heads = H; p.kv_heads = Hkv; p.group = H / Hkv;
-    p.seqlen_q = Lq; p.seqlen_k = Lk; p.head_dim = D;
-    p.dtype = FW_F16;
-    p.device.kind = FW_DEVICE_CUDA;
-    p.kind = FW_CALL_DENSE;
-    p.q = ADDR(0x100000); p.k = ADDR(0x200000); p.v = ADDR(0x300000); p.o = ADDR(0x400000);
-    contiguous(p.q_stride, H, Lq, D); contiguous(p.o_stride, H, Lq, D);
-    contiguous(p.k_stride, Hkv, Lk, D); contiguous(p.v_stride, Hkv, Lk, D);
-    if (backward) {
-        p.dout = ADDR(0x500000); p.dq = ADDR(0x600000); p.dk = ADDR(0x700000); p.dv = ADDR(0x800000);
-        contiguous(p.do_stride, H, Lq, D); contiguous(p.dq_stride, H, Lq, D);
-        contiguous(p.dk_stride, Hkv, Lk, D); contiguous(p.dv_stride, Hkv, Lk, D);
-    }
-    return p;
+    return fake_dense(B, H, Hkv, Lq, Lk, D, FW_F16, backward);
 }
 
 static int aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
