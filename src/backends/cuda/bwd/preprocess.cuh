@@ -26,14 +26,17 @@ template <typename T> struct fw_bwd_io;
 template <> struct fw_bwd_io<float> {
     static __device__ __forceinline__ float ld(const float *p) { return *p; }
     static __device__ __forceinline__ void st(float *p, float x) { *p = x; }
+    static __device__ __forceinline__ float cvt(float x) { return x; }
 };
 template <> struct fw_bwd_io<__half> {
     static __device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
     static __device__ __forceinline__ void st(__half *p, float x) { *p = __float2half_rn(x); }
+    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
 };
 template <> struct fw_bwd_io<__nv_bfloat16> {
     static __device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
     static __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
 };
 
 /* rowsum(o ∘ dout) over D elements by FW_BWD_DELTA_LANES consecutive lanes (sub = lane index within
@@ -208,49 +211,108 @@ static void fw_bwd_launch_delta(const fw_problem *p, float *delta, float *stats,
     fw_bwd_delta_kernel<T><<<grid, 256, 0, s>>>(a);
 }
 
-/* The float index of dQ's (b, h, i, d) in the fused dQ's tiled accumulator (params.h: dq_acc_tile): the wgmma
- * accumulator's thread t = 32 (r / 16) + 4 (r % 8) + (c % 8) / 2, element 2 ((r / 8) % 2) + c % 2 of its n8 tile c / 8,
- * for row r = i % 64 and column c = d % 64 of the tile. */
-__device__ __forceinline__ long long dq_acc_tiled_index(long long bh, int i, int d, int Lq, int D)
-{
-    const int r = i & 63, col = d & 63;
-    const int t = (r >> 4) * 32 + (r & 7) * 4 + ((col & 7) >> 1), e = ((r >> 3) & 1) * 2 + (col & 1);
-    return dq_acc_tile(bh, i >> 6, d >> 6, Lq, (D + 63) / 64) + ((col >> 3) * 128 + t) * 4 + e;
-}
+/* The conversion goes a 64-row x 64-column block of dQ at a time through shared memory (pitch 72 elements: both its
+ * phases conflict-free), so that the accumulator's reads and dq's writes are 16-byte vectors; a thread an element
+ * with 64-bit index arithmetic ran at a fifth of the memory's rate. */
+#define FW_BWD_CONVERT_ROWS 64
+#define FW_BWD_CONVERT_PITCH 72
 
-/* Atomic mode: the f32 dQ accumulator (B, H, Lq, D), or its tiled form, into dq (output dtype and strides). */
+/* Block (rows x cols valid, from row 0 column 0 of the block) of the accumulator into the staging tile s: tiled, the
+ * fused dQ's 16-KB tile (params.h: dq_acc_tile; thread t's n8 tile j as the float4 at 4 (128 j + t), holding rows
+ * r = 16 (t / 32) + (t % 32) / 4 and r + 8, columns c = 8 j + 2 (t % 4) and c + 1, of the wgmma accumulator), else
+ * rows of D floats from acc. */
 template <typename T>
-__global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_args a)
+__device__ __forceinline__ void fw_bwd_dq_stage(T (*s)[FW_BWD_CONVERT_PITCH], const float *acc, int tiled, int rows,
+                                                int cols, int D)
 {
-    const long long n = (long long)a.B * a.H * a.Lq * a.D;
-    T *dq = (T *)a.dq;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (long long)gridDim.x * blockDim.x) {
-        const long long d = idx % a.D, row = idx / a.D;
-        const long long i = row % a.Lq, bh = row / a.Lq;
-        const long long h = bh % a.H, b = bh / a.H;
-        fw_bwd_io<T>::st(dq + b * a.dq_s[0] + h * a.dq_s[1] + i * a.dq_s[2] + d,
-                         a.dq_acc[a.dq_acc_tiled ? dq_acc_tiled_index(bh, (int)i, (int)d, a.Lq, a.D) : idx]);
+    if (tiled) {
+        const float4 *tile = reinterpret_cast<const float4 *>(acc);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int f = k * 256 + (int)threadIdx.x, t = f & 127;
+            const int r = (t >> 5) * 16 + ((t & 31) >> 2), c = (f >> 7) * 8 + (t & 3) * 2;
+            const float4 x = tile[f];
+            s[r][c] = fw_bwd_io<T>::cvt(x.x);
+            s[r][c + 1] = fw_bwd_io<T>::cvt(x.y);
+            s[r + 8][c] = fw_bwd_io<T>::cvt(x.z);
+            s[r + 8][c + 1] = fw_bwd_io<T>::cvt(x.w);
+        }
+        return;
+    }
+    const bool vec = D % 4 == 0; /* rows, and so every 4-column group, 16-byte aligned */
+    for (int idx = (int)threadIdx.x; idx < FW_BWD_CONVERT_ROWS * 16; idx += 256) {
+        const int r = idx >> 4, c = (idx & 15) * 4;
+        if (r >= rows) break;
+        const float *src = acc + (long long)r * D + c;
+        if (vec && c + 4 <= cols) {
+            const float4 x = *reinterpret_cast<const float4 *>(src);
+            s[r][c] = fw_bwd_io<T>::cvt(x.x);
+            s[r][c + 1] = fw_bwd_io<T>::cvt(x.y);
+            s[r][c + 2] = fw_bwd_io<T>::cvt(x.z);
+            s[r][c + 3] = fw_bwd_io<T>::cvt(x.w);
+        } else {
+            for (int e = 0; e < 4 && c + e < cols; e++) s[r][c + e] = fw_bwd_io<T>::cvt(src[e]);
+        }
     }
 }
 
-/* The same for a ragged batch (a.seqs; the accumulator sequence-major, its tiled form params.h's dq_acc_seq_tiles): grid over (slot of FW_BWD_DELTA_ROWS rows,
- * head), each block its rows' D columns. */
+/* The staging tile's rows x cols into dq (row stride rs), 16-byte stores where the row's address allows. */
+template <typename T>
+__device__ __forceinline__ void fw_bwd_dq_unstage(T (*s)[FW_BWD_CONVERT_PITCH], T *dq, long long rs, int rows, int cols)
+{
+    constexpr int VEC = 16 / sizeof(T), NV = 64 / VEC;
+    for (int idx = (int)threadIdx.x; idx < FW_BWD_CONVERT_ROWS * NV; idx += 256) {
+        const int r = idx / NV, c = (idx % NV) * VEC;
+        if (r >= rows) break;
+        T *dst = dq + (long long)r * rs + c;
+        if (c + VEC <= cols && ((uintptr_t)dst & 15) == 0) *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(&s[r][c]);
+        else
+            for (int e = 0; e < VEC && c + e < cols; e++) dst[e] = s[r][c + e];
+    }
+}
+
+/* One 64 x 64 block: staged, then stored (the block's threads all call it). */
+template <typename T>
+__device__ __forceinline__ void fw_bwd_dq_convert_block(const float *acc, int tiled, int rows, int cols, int D, T *dq,
+                                                        long long rs)
+{
+    __shared__ __align__(16) unsigned char raw[FW_BWD_CONVERT_ROWS * FW_BWD_CONVERT_PITCH * sizeof(T)];
+    T (*s)[FW_BWD_CONVERT_PITCH] = reinterpret_cast<T (*)[FW_BWD_CONVERT_PITCH]>(raw);
+    fw_bwd_dq_stage<T>(s, acc, tiled, rows, cols, D);
+    __syncthreads();
+    fw_bwd_dq_unstage<T>(s, dq, rs, rows, cols);
+}
+
+/* Atomic mode: the f32 dQ accumulator (B, H, Lq, D), or its tiled form, into dq (output dtype and strides). Grid
+ * (64-row blocks x 64-column blocks, H, B). */
+template <typename T>
+__global__ void __launch_bounds__(256) fw_bwd_dq_convert_kernel(const fw_bwd_args a)
+{
+    const int cblocks = (a.D + 63) / 64, m = (int)blockIdx.x / cblocks, c = (int)blockIdx.x % cblocks;
+    const int h = (int)blockIdx.y, b = (int)blockIdx.z;
+    const long long bh = (long long)b * a.H + h;
+    const float *acc = a.dq_acc_tiled ? a.dq_acc + dq_acc_tile(bh, m, c, a.Lq, cblocks)
+                                      : a.dq_acc + (bh * a.Lq + (long long)m * 64) * a.D + 64 * c;
+    T *dq = (T *)a.dq + b * a.dq_s[0] + h * a.dq_s[1] + (long long)m * 64 * a.dq_s[2] + 64 * c;
+    fw_bwd_dq_convert_block<T>(acc, a.dq_acc_tiled, min(64, a.Lq - 64 * m), min(64, a.D - 64 * c), a.D, dq, a.dq_s[2]);
+}
+
+/* The same for a ragged batch (a.seqs; the accumulator sequence-major, its tiled form params.h's dq_acc_seq_tiles):
+ * grid over (slot of 64 rows, head), each block its rows' column blocks. */
 template <typename T>
 __global__ void __launch_bounds__(256) fw_bwd_dq_convert_varlen_kernel(const fw_bwd_args a)
 {
     fwparts::tile_coord t;
     fwparts::seq_span q;
-    if (!fwparts::varlen_tile_scheduler::get_tile<FW_BWD_DELTA_ROWS>(a.seqs, a.H, a.Lq, a.Lk, false, t, q)) return;
-    const int i0 = t.m_block * FW_BWD_DELTA_ROWS;
-    const int rows = min(FW_BWD_DELTA_ROWS, q.lq - i0);
-    const float *acc = a.dq_acc + ((long long)a.H * q.q_row0 + (long long)t.h * q.lq + i0) * a.D;
-    const float *tiles = a.dq_acc + dq_acc_seq_tiles(q.q_row0, q.seq, a.H, (a.D + 63) / 64);
-    T *dq = (T *)a.dq + (q.q_row0 + i0) * a.dq_s[2] + (long long)t.h * a.dq_s[1];
-    for (int idx = threadIdx.x; idx < rows * a.D; idx += blockDim.x) {
-        const int r = idx / a.D, d = idx % a.D;
-        fw_bwd_io<T>::st(dq + (long long)r * a.dq_s[2] + d,
-                         a.dq_acc_tiled ? tiles[dq_acc_tiled_index(t.h, i0 + r, d, q.lq, a.D)] : acc[idx]);
+    if (!fwparts::varlen_tile_scheduler::get_tile<FW_BWD_CONVERT_ROWS>(a.seqs, a.H, a.Lq, a.Lk, false, t, q)) return;
+    const int m = t.m_block, i0 = m * 64, rows = min(64, q.lq - i0), cblocks = (a.D + 63) / 64;
+    const float *tiles = a.dq_acc + dq_acc_seq_tiles(q.q_row0, q.seq, a.H, cblocks);
+    for (int c = 0; c < cblocks; c++) {
+        if (c > 0) __syncthreads(); /* the staging tile is read */
+        const float *acc = a.dq_acc_tiled ? tiles + dq_acc_tile(t.h, m, c, q.lq, cblocks)
+                                          : a.dq_acc + ((long long)a.H * q.q_row0 + (long long)t.h * q.lq + i0) * a.D + 64 * c;
+        T *dq = (T *)a.dq + (q.q_row0 + i0) * a.dq_s[2] + (long long)t.h * a.dq_s[1] + 64 * c;
+        fw_bwd_dq_convert_block<T>(acc, a.dq_acc_tiled, rows, min(64, a.D - 64 * c), a.D, dq, a.dq_s[2]);
     }
 }
 
@@ -258,14 +320,12 @@ __global__ void __launch_bounds__(256) fw_bwd_dq_convert_varlen_kernel(const fw_
 template <typename T> static void fw_bwd_launch_dq_convert(const fw_problem *p, const fw_bwd_args *a, cudaStream_t s)
 {
     if (p->kind == FW_CALL_VARLEN) {
-        const int64_t blocks = fwparts::varlen_tile_scheduler::blocks(p->total_q, p->batch, p->heads, FW_BWD_DELTA_ROWS);
+        const int64_t blocks = fwparts::varlen_tile_scheduler::blocks(p->total_q, p->batch, p->heads, FW_BWD_CONVERT_ROWS);
         fw_bwd_dq_convert_varlen_kernel<T><<<(unsigned)blocks, 256, 0, s>>>(*a);
         return;
     }
-    long long n = (long long)a->B * a->H * a->Lq * a->D, blocks = (n + 255) / 256;
-    if (blocks < 1) blocks = 1;
-    if (blocks > (1 << 20)) blocks = 1 << 20; /* grid-stride beyond */
-    fw_bwd_dq_convert_kernel<T><<<(unsigned)blocks, 256, 0, s>>>(*a);
+    const dim3 grid((unsigned)((a->Lq + 63) / 64 * ((a->D + 63) / 64)), (unsigned)a->H, (unsigned)a->B);
+    fw_bwd_dq_convert_kernel<T><<<grid, 256, 0, s>>>(*a);
 }
 
 #endif
