@@ -1,10 +1,11 @@
 /* The CUDA backward's choice of dQ mode and kernels (src/backends/cuda/bwd/heuristics.cu: fw_bwd_recompute_plan)
  * on the host, no GPU needed, for a Hopper (compute capability 9.0) and an Ampere device description: where the
- * default fuses dQ into the dK/dV kernel (16-bit, head dim <= 128, 4096 keys or more, dense or ragged: the atomic
- * mode's producer-warpgroup records), where it keeps the deterministic pipeline (fewer keys, a deterministic
- * context, FW_CUDA_BWD_DQ=deterministic, a record forced by FW_CUDA_BWD_CONFIG), that off Hopper and for f32
- * nothing is fused, and that a device with less shared memory gets a record that fits it (an A100's 163 KB, 99 KB on
- * compute capability 8.6/8.9) or a refusal that says so, never a launch that cannot start. The GPU tests run the kernels each choice names (tests/attention backward, test_varlen_backward). */
+ * default fuses dQ into the dK/dV kernel (16-bit, head dim <= 128, any number of keys, dense or ragged: the atomic
+ * mode's producer-warpgroup records), where it keeps the deterministic pipeline (a deterministic context,
+ * FW_CUDA_BWD_DQ=deterministic, a record forced by FW_CUDA_BWD_CONFIG), that off Hopper and for f32 nothing is
+ * fused, and that a device with less shared memory gets a record that fits it (an A100's 163 KB, 99 KB on compute
+ * capability 8.6/8.9) or a refusal that says so, never a launch that cannot start. The GPU tests run the kernels each
+ * choice names (tests/attention backward, test_varlen_backward). */
 #include <stdint.h>
 #include <string.h>
 #include "fw_check.h"
@@ -75,18 +76,22 @@ static void hopper_defaults(void)
     const fw_knobs *k = &fw_knobs_defaults;
     fw_problem p = dense(4, 16, 16, 4096, 4096, 128);
     expect("D 128, 4096 keys: dQ fused", &p, &HOPPER, k, 1, "ws-bm64-dq-ws-bn64");
-    p = dense(4, 16, 16, 4096, 4095, 128);
-    expect("D 128, 4095 keys: the deterministic pipeline", &p, &HOPPER, k, 0, "wg-bm64-ovl-dq-ws-bn64");
+    p = dense(64, 16, 16, 256, 256, 128);
+    expect("D 128, 256 keys: dQ fused", &p, &HOPPER, k, 1, "ws-bm64-dq-ws-bn64");
     p = dense(2, 32, 8, 100, 8192, 96);
     expect("D 96 (128's records), GQA 32/8, 8192 keys, 100 queries: dQ fused", &p, &HOPPER, k, 1, "ws-bm64-dq-ws-bn64");
     p = dense(4, 32, 32, 4096, 4096, 64);
     expect("D 64, 4096 keys: dQ fused, 128 query rows a step", &p, &HOPPER, k, 1, "ws-bm128-dq-ws-bn128");
     p = dense(1, 4, 4, 300, 5000, 40);
     expect("D 40 (64's records), 5000 keys: dQ fused", &p, &HOPPER, k, 1, "ws-bm128-dq-ws-bn128");
-    p = dense(16, 32, 32, 2048, 2048, 64);
-    expect("D 64, 2048 keys: the deterministic pipeline", &p, &HOPPER, k, 0, "ws-bm64-dq-ws-bn128");
     p = dense(16, 32, 32, 1024, 1024, 64);
-    expect("D 64, 1024 keys: the deterministic pipeline's short form", &p, &HOPPER, k, 0, "wg-bm128-dq-wg-bn128");
+    expect("D 64, 1024 keys: dQ fused", &p, &HOPPER, k, 1, "ws-bm128-dq-ws-bn128");
+    p.deterministic = 1;
+    expect("D 64, 1024 keys, a deterministic context: the deterministic pipeline's short form", &p, &HOPPER, k, 0,
+           "wg-bm128-dq-wg-bn128");
+    p = dense(16, 32, 32, 2048, 2048, 64);
+    p.deterministic = 1;
+    expect("D 64, 2048 keys, a deterministic context: deterministic", &p, &HOPPER, k, 0, "ws-bm64-dq-ws-bn128");
     p = dense(1, 16, 16, 16384, 16384, 128);
     p.deterministic = 1;
     expect("D 128, 16384 keys, a deterministic context: deterministic", &p, &HOPPER, k, 0, "wg-bm64-ovl-dq-ws-bn64");
@@ -95,9 +100,12 @@ static void hopper_defaults(void)
     p = ragged(16, 33785, 33785, 4096, 4096, 64);
     expect("ragged, D 64, longest sequence 4096 keys: dQ fused", &p, &HOPPER, k, 1, "ws-bm128-dq-ws-bn128");
     p = ragged(16, 20000, 20000, 2048, 2048, 128);
-    expect("ragged, D 128, longest sequence 2048 keys: deterministic", &p, &HOPPER, k, 0, "wg-bm64-ovl-dq-ws-bn64");
+    expect("ragged, D 128, longest sequence 2048 keys: dQ fused", &p, &HOPPER, k, 1, "ws-bm64-dq-ws-bn64");
+    p.deterministic = 1;
+    expect("ragged, D 128, a deterministic context: deterministic", &p, &HOPPER, k, 0, "wg-bm64-ovl-dq-ws-bn64");
     p = ragged(16, 20000, 20000, 2048, 2048, 64);
-    expect("ragged, D 64, longest sequence 2048 keys: deterministic", &p, &HOPPER, k, 0, "ws-bm64-dq-ws-bn128");
+    p.deterministic = 1;
+    expect("ragged, D 64, a deterministic context: deterministic", &p, &HOPPER, k, 0, "ws-bm64-dq-ws-bn128");
 }
 
 static void hopper_knobs(void)

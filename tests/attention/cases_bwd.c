@@ -37,7 +37,7 @@ static const bwd_shape shapes[] = {
     {1, 2, 2, 257, 257, 32, 0, 64, 0, 1, 0},   /* left window only, D 32, bshd */
     {1, 2, 2, 64, 640, 8, 0, U, U, 0, 0},      /* D 8 */
     {1, 3, 3, 700, 500, 128, 1, 100, U, 1, 8}, /* causal + left window, Lq > Lk, padded bshd */
-    {1, 4, 2, 203, 4100, 128, 1, U, U, 0, 0}, /* 4096 keys or more: Hopper's default fuses dQ (GQA) ... */
+    {1, 4, 2, 203, 4100, 128, 1, U, U, 0, 0}, /* Hopper's fused dQ over 33 key blocks (GQA) ... */
     {1, 2, 1, 300, 4097, 56, 0, U, U, 1, 0},  /* ... at D 64's bucket too (128 query rows a step), bshd */
 };
 

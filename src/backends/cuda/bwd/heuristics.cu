@@ -193,15 +193,14 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
     return k->cuda_bwd_atomic;
 }
 
-/* Where no mode is asked for: at least BWD_FUSED_DQ_MIN_LK keys (a ragged batch: in its longest sequence), where the
- * atomic mode's record ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq; only wgmma records for 16-bit inputs
- * on sm_90a do) and no record is forced: ra. On an H200 at head dim 128 1.10-1.14x the deterministic pipeline at 4096-16384 keys,
- * 0.96x at 2048 and 0.88x at 1024; at head dim 64 1.11x (causal) and 1.13x (no mask) at 4096, 0.98x at 1024; on
- * bench/varlen_bwd's ragged batch (16 sequences of 128..4096) 1.11-1.21x (docs/PERF.md, "dQ modes on Hopper"). */
-#define BWD_FUSED_DQ_MIN_LK 4096
-static int fused_dq_default(const fw_problem *p, const fw_bwd_record *ra, const fw_knobs *k)
+/* Where no mode is asked for: where the atomic mode's record ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq;
+ * only wgmma records for 16-bit inputs on sm_90a do) and no record is forced: ra. On an H200 (fwd+bwd, causal, 16k
+ * tokens) 1.01-1.14x the deterministic pipeline at 256-1024 keys (`flashwatt bench --backward`), 1.04-1.29x at
+ * 1024-16384 keys, causal and not, and 1.11x at the GQA shape (bench/sdpa_bwd.py); on bench/varlen_bwd's ragged batch
+ * (16 sequences of 128..4096) 1.16-1.21x (docs/PERF.md, "dQ modes on Hopper"). */
+static int fused_dq_default(const fw_bwd_record *ra, const fw_knobs *k)
 {
-    return ra && fw_bwd_fuses_dq(ra) && !k->cuda_bwd_config[0] && p->seqlen_k >= BWD_FUSED_DQ_MIN_LK;
+    return ra && fw_bwd_fuses_dq(ra) && !k->cuda_bwd_config[0];
 }
 
 /* Splits "bwd-<mode>[:<record>]" into its mode and record (NULL: none); 0 if the name is no such name. */
@@ -276,7 +275,7 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
         r = tc_pick(p, 0, di, k);
         const fw_bwd_record *ra = tc_pick(p, 1, di, k);
         atomic = !(r && (r->kernel == FW_BWD_WG || r->kernel == FW_BWD_WS || r->kernel == FW_BWD_TF32)) ||
-                 fused_dq_default(p, ra, k);
+                 fused_dq_default(ra, k);
         if (atomic) r = ra;
     } else {
         r = tc_pick(p, atomic, di, k);
