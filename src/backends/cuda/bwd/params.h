@@ -31,7 +31,7 @@ typedef struct fw_bwd_args {
     const float *delta; /* workspace (B, H, Lq) */
     const float *lse2;  /* tensor-core records: workspace (B, H, Lq), LSE·log2 e (+inf where LSE = −inf) */
     float *dq_acc;      /* atomic mode: zeroed workspace (B, H, Lq, D), or tiled (dq_acc_tiled) */
-    int dq_acc_tiled;   /* the fused dQ's layout (preprocess.cuh: dq_acc_tiled_index) */
+    int dq_acc_tiled;   /* the fused dQ's tiled layout (dq_acc_tile below) */
     int *dq_acc_tiled_used; /* host, where set: a launch that accumulated in the tiled layout sets *it to 1 */
     long long q_s[3], k_s[3], v_s[3], o_s[3], do_s[3], dq_s[3], dk_s[3], dv_s[3];
     long long off, wl, wr; /* fw_problem's diag_offset, window_left, window_right (FW_UNBOUNDED ok) */
