@@ -197,7 +197,7 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
  * only wgmma records for 16-bit inputs on sm_90a do) and no record is forced: ra. On an H200 (fwd+bwd, causal, 16k
  * tokens) 1.01-1.14x the deterministic pipeline at 256-1024 keys (`flashwatt bench --backward`), 1.04-1.29x at
  * 1024-16384 keys, causal and not, and 1.11x at the GQA shape (bench/sdpa_bwd.py); on bench/varlen_bwd's ragged batch
- * (16 sequences of 128..4096) 1.16-1.21x (docs/PERF.md, "dQ modes on Hopper"). */
+ * (16 sequences of 128..4096) 1.15-1.21x (docs/PERF.md, "Ragged backward"). */
 static int fused_dq_default(const fw_bwd_record *ra, const fw_knobs *k)
 {
     return ra && fw_bwd_fuses_dq(ra) && !k->cuda_bwd_config[0];
