@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 #include "backends/cuda/bwd/params.h"
 #include "backends/cuda/common/cuda_common.h"
+#include "backends/cuda/parts/epilogue.cuh"
 #include "backends/cuda/parts/scheduler.cuh"
 #include "backends/cuda/parts/softmax.cuh"
 
@@ -26,17 +27,14 @@ template <typename T> struct fw_bwd_io;
 template <> struct fw_bwd_io<float> {
     static __device__ __forceinline__ float ld(const float *p) { return *p; }
     static __device__ __forceinline__ void st(float *p, float x) { *p = x; }
-    static __device__ __forceinline__ float cvt(float x) { return x; }
 };
 template <> struct fw_bwd_io<__half> {
     static __device__ __forceinline__ float ld(const __half *p) { return __half2float(*p); }
     static __device__ __forceinline__ void st(__half *p, float x) { *p = __float2half_rn(x); }
-    static __device__ __forceinline__ __half cvt(float x) { return __float2half_rn(x); }
 };
 template <> struct fw_bwd_io<__nv_bfloat16> {
     static __device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
     static __device__ __forceinline__ void st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
-    static __device__ __forceinline__ __nv_bfloat16 cvt(float x) { return __float2bfloat16_rn(x); }
 };
 
 /* rowsum(o ∘ dout) over D elements by FW_BWD_DELTA_LANES consecutive lanes (sub = lane index within
@@ -232,10 +230,8 @@ __device__ __forceinline__ void fw_bwd_dq_stage(T (*s)[FW_BWD_CONVERT_PITCH], co
             const int f = k * 256 + (int)threadIdx.x, t = f & 127;
             const int r = (t >> 5) * 16 + ((t & 31) >> 2), c = (f >> 7) * 8 + (t & 3) * 2;
             const float4 x = tile[f];
-            s[r][c] = fw_bwd_io<T>::cvt(x.x);
-            s[r][c + 1] = fw_bwd_io<T>::cvt(x.y);
-            s[r + 8][c] = fw_bwd_io<T>::cvt(x.z);
-            s[r + 8][c + 1] = fw_bwd_io<T>::cvt(x.w);
+            fwparts::store_pair(&s[r][c], x.x, x.y);
+            fwparts::store_pair(&s[r + 8][c], x.z, x.w);
         }
         return;
     }
@@ -246,12 +242,10 @@ __device__ __forceinline__ void fw_bwd_dq_stage(T (*s)[FW_BWD_CONVERT_PITCH], co
         const float *src = acc + (long long)r * D + c;
         if (vec && c + 4 <= cols) {
             const float4 x = *reinterpret_cast<const float4 *>(src);
-            s[r][c] = fw_bwd_io<T>::cvt(x.x);
-            s[r][c + 1] = fw_bwd_io<T>::cvt(x.y);
-            s[r][c + 2] = fw_bwd_io<T>::cvt(x.z);
-            s[r][c + 3] = fw_bwd_io<T>::cvt(x.w);
+            fwparts::store_pair(&s[r][c], x.x, x.y);
+            fwparts::store_pair(&s[r][c + 2], x.z, x.w);
         } else {
-            for (int e = 0; e < 4 && c + e < cols; e++) s[r][c + e] = fw_bwd_io<T>::cvt(src[e]);
+            for (int e = 0; e < 4 && c + e < cols; e++) fw_bwd_io<T>::st(&s[r][c + e], src[e]);
         }
     }
 }
