@@ -41,8 +41,8 @@ def option(r, o):
 def derived_name(r):
     """A record's name from its fields: the dK/dV kernel's, then the dQ kernel's (tuning tables hold them)."""
     f = r["family"]
-    if f == "bwd.cores":
-        return "cores"
+    if f == "bwd.cores":  # the head dim's first is named "cores" (check_table), the others by their tile
+        return f"cores-bm{r['bm']}-bn{r['bn']}"
     kv = {"bwd.mma": f"bm{r['bm']}-w{r['warps']}" + (f"-qs{r['qs']}" if r["qs"] != r["bm"] else ""),
           "bwd.mma2d": f"bm{r['bm']}-w{r['warps']}-2d",
           "bwd.wg": f"wg-bm{r['bm']}" + ("-ovl" if r["ovl"] else ""),
@@ -59,7 +59,7 @@ def check_record(r):
     where, f, d, q = f"kernels.tsv:{r['line']}", r["family"], r["d"], r["dq"]
     if f != "bwd.cores" and not q:
         fail(f"{where}: a tensor-core backward record names its dQ kernel (dq=...)")
-    if r["name"] != derived_name(r):
+    if r["name"] != derived_name(r) and not (f == "bwd.cores" and r["name"] == "cores"):
         fail(f"{where}: the name of these fields is {derived_name(r)}, not {r['name']}")
     if len(r["name"]) > CONFIG_NAME_ROOM:
         fail(f"{where}: {r['name']} is longer than {CONFIG_NAME_ROOM} characters (fw_config.name)")
@@ -84,14 +84,19 @@ def check_record(r):
 
 
 def check_table(recs):
-    """The checks across records: unique names, and every head dim a cores record with the varlen option (the
-    fallback of its head dim, dense and ragged)."""
+    """The checks across records: unique names, and every head dim's CUDA-core records (the fallback of its head dim,
+    dense and ragged: the first that fits the device's shared memory) with the varlen option, the first named
+    "cores"."""
     check_unique(recs)
     for d in {r["d"] for r in recs}:
-        if not any(r["d"] == d and r["family"] == "bwd.cores" for r in recs):
+        cores = [r for r in recs if r["d"] == d and r["family"] == "bwd.cores"]
+        if not cores:
             fail(f"kernels.tsv: head dim {d} has backward records but no bwd.cores record (the fallback)")
-        if not any(r["d"] == d and r["family"] == "bwd.cores" and r["varlen"] for r in recs):
-            fail(f"kernels.tsv: head dim {d}'s bwd.cores record needs the varlen option (every ragged backward's fallback)")
+        if cores[0]["name"] != "cores":
+            fail(f"kernels.tsv:{cores[0]['line']}: head dim {d}'s first bwd.cores record is named cores")
+        for r in cores:
+            if not r["varlen"]:
+                fail(f"kernels.tsv:{r['line']}: a bwd.cores record needs the varlen option (every ragged backward's fallback)")
 
 
 def wg_smem(d, bm, st, atomic):

@@ -23,7 +23,8 @@ int main(void)
 #include "fake_problem.h"
 
 /* shared memory a block may opt into: 227 KB on an H100, 163 KB on an A100, 99 KB on compute capability 8.6 and 8.9 */
-static const fw_cuda_device_info HOPPER = {9, 0, 232448, 132}, AMPERE = {8, 0, 166912, 108}, ADA = {8, 9, 101376, 128};
+static const fw_cuda_device_info HOPPER = {9, 0, 232448, 132}, AMPERE = {8, 0, 166912, 108}, ADA = {8, 9, 101376, 128},
+                                 SMALL = {8, 0, 49152, 16}; /* no such card: below every CUDA-core record */
 
 /* A dense bf16 backward. */
 static fw_problem dense(int64_t B, int64_t H, int64_t Hkv, int64_t Lq, int64_t Lk, int64_t D)
@@ -137,7 +138,8 @@ static void elsewhere(void)
     expect("A100, D 128, deterministic: the 32-row record", &p, &AMPERE, k, 0, "bm32-w4-dq-w4-mt2-bn32");
     fw_problem rg = ragged(16, 33785, 33785, 4096, 4096, 128);
     expect("A100, ragged D 128: the first record that fits with ragged kernels", &rg, &AMPERE, k, 1, "bm32-w4-dq-w4-mt2-bn32");
-    expect_unsupported("99 KB (8.9), D 128, deterministic: no record fits", &p, &ADA);
+    expect("99 KB (8.9), D 128, deterministic: no tensor-core record fits, the smaller CUDA-core tile", &p, &ADA, k, 0,
+           "cores-bm32-bn32");
     p = dense(2, 16, 16, 8192, 8192, 64);
     expect("A100, D 64, 8192 keys: mma.sync, dQ by atomics", &p, &AMPERE, k, 1, "bm64-w4-qs32-dq-w4-mt2-bn32");
     expect("99 KB (8.9), D 64, 8192 keys: mma.sync, dQ by atomics", &p, &ADA, k, 1, "bm64-w4-qs32-dq-w4-mt2-bn32");
@@ -146,11 +148,22 @@ static void elsewhere(void)
     p = dense(2, 8, 8, 8192, 8192, 64);
     p.dtype = FW_F32;
     expect("f32 (exact), 8192 keys: the CUDA cores", &p, &HOPPER, k, 1, "cores");
+    expect("99 KB (8.9), f32 (exact): the smaller CUDA-core tile", &p, &ADA, k, 1, "cores-bm64-bn32");
     p.precision = FW_PRECISION_3XTF32;
     expect("f32 in 3xtf32, 8192 keys: the tf32 record, deterministic", &p, &HOPPER, k, 0, "tf32-bm64-w4-dq-mt2-bn32");
     p = dense(2, 4, 4, 8192, 8192, 200);
     expect("D 200, 8192 keys: the CUDA cores", &p, &HOPPER, k, 1, "cores");
-    expect_unsupported("99 KB (8.9), D 200: the CUDA-core record does not fit", &p, &ADA);
+    expect("99 KB (8.9), D 200: the smaller CUDA-core tile", &p, &ADA, k, 1, "cores-bm16-bn16");
+    expect_unsupported("48 KB: no CUDA-core record fits", &p, &SMALL);
+    fw_knobs small_tile = fw_knobs_defaults;
+    snprintf(small_tile.cuda_bwd_config, sizeof small_tile.cuda_bwd_config, "cores-bm16-bn16");
+    expect("FW_CUDA_BWD_CONFIG names a smaller CUDA-core record, D 200: that record", &p, &HOPPER, &small_tile, 1,
+           "cores-bm16-bn16");
+    p = dense(2, 8, 8, 8192, 8192, 64);
+    p.dtype = FW_F32;
+    snprintf(small_tile.cuda_bwd_config, sizeof small_tile.cuda_bwd_config, "cores-bm64-bn32");
+    expect("FW_CUDA_BWD_CONFIG names a smaller CUDA-core record, f32 D 64: that record", &p, &HOPPER, &small_tile, 1,
+           "cores-bm64-bn32");
 }
 
 int main(void)

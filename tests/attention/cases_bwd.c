@@ -133,7 +133,8 @@ void att_add_backward_headdims(att_plan *p, const att_opts *o)
 
 /* Every tensor-core backward record of the shape's head dim (kernels.tsv), forced by name as the default of
  * both dQ modes, on the 16-bit shapes the tensor cores take; the tf32 records on those shapes in f32, tf32 and
- * 3xtf32, deterministic mode (theirs). */
+ * 3xtf32, deterministic mode (theirs); the smaller CUDA-core records (those after "cores", for devices with less
+ * shared memory) on every shape, f32 and bf16, both modes. */
 void att_add_backward_variants(att_plan *p, const att_opts *o)
 {
 #ifdef FW_HAVE_CUDA
@@ -141,11 +142,23 @@ void att_add_backward_variants(att_plan *p, const att_opts *o)
     static char env[MAX_ENV][80];
     int nenv = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        if (shapes[i].D > 128 || shapes[i].D % 8) continue;
+        const int tensor_cores = shapes[i].D <= 128 && shapes[i].D % 8 == 0;
         int n = 0;
-        const fw_bwd_record *rs = fw_bwd_records_of(shapes[i].D <= 64 ? 64 : 128, &n);
+        const fw_bwd_record *rs = fw_bwd_records_of(fw_bwd_padded_dim(shapes[i].D), &n);
         for (int v = 0; v < n && nenv < MAX_ENV; v++) {
-            if (rs[v].kernel == FW_BWD_CORES) continue;
+            if (rs[v].kernel == FW_BWD_CORES) {
+                if (!strcmp(rs[v].name, "cores")) continue; /* the default: every other section runs it */
+                snprintf(env[nenv], sizeof env[nenv], "FW_CUDA_BWD_CONFIG=%s", rs[v].name);
+                for (int d = 0; d < 2; d++) {
+                    att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : FW_F32));
+                    t->env = env[nenv];
+                    t->config = "bwd-deterministic,bwd-atomic";
+                    if (o->quick) break;
+                }
+                nenv++;
+                continue;
+            }
+            if (!tensor_cores) continue;
             snprintf(env[nenv], sizeof env[nenv], "FW_CUDA_BWD_CONFIG=%s", rs[v].name);
             if (rs[v].kernel == FW_BWD_TF32) {
                 att_case *t = att_add(p, make(&shapes[i], FW_F32));

@@ -184,6 +184,20 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
     return fits(r) ? r : NULL;
 }
 
+/* The CUDA-core record that runs p where no tensor-core record does: the knobs' FW_CUDA_BWD_CONFIG where it names one
+ * that fits, else the first of the head dim's (kernels.tsv: "cores", then smaller tiles) whose shared memory the device
+ * has; NULL if none fits. */
+static const fw_bwd_record *cores_pick(int dpad, const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k)
+{
+    const fw_bwd_record *forced = k->cuda_bwd_config[0] ? fw_bwd_record_named(dpad, k->cuda_bwd_config) : NULL;
+    if (forced && forced->kernel == FW_BWD_CORES && record_takes(forced, p) && record_runs(forced, 0, di)) return forced;
+    int n = 0;
+    const fw_bwd_record *rs = fw_bwd_records_of(dpad, &n);
+    for (int i = 0; i < n; i++)
+        if (rs[i].kernel == FW_BWD_CORES && record_takes(&rs[i], p) && record_runs(&rs[i], 0, di)) return &rs[i];
+    return NULL;
+}
+
 /* dQ by atomics (as FlashAttention-2) or by the deterministic separate pass: the config name decides where it names
  * a mode, then the problem's deterministic flag, then the knobs' FW_CUDA_BWD_DQ; -1 where none of them does. */
 static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs *k)
@@ -280,13 +294,19 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
     } else {
         r = tc_pick(p, atomic, di, k);
     }
-    if (!r && cores->smem_deterministic > (size_t)di->smem_optin) {
+    if (!r) r = cores_pick(dpad, p, di, k);
+    if (!r) {
+        int n = 0;
+        const fw_bwd_record *rs = fw_bwd_records_of(dpad, &n);
+        size_t least = cores->smem_deterministic;
+        for (int i = 0; i < n; i++)
+            if (rs[i].kernel == FW_BWD_CORES && rs[i].smem_deterministic < least) least = rs[i].smem_deterministic;
         fw_why(why, why_len, "the CUDA backward for head_dim %lld needs %zu bytes of shared memory per block; cuda:%d allows %d",
-               (long long)p->head_dim, cores->smem_deterministic, p->device.index, di->smem_optin);
+               (long long)p->head_dim, least, p->device.index, di->smem_optin);
         return FW_ERR_UNSUPPORTED;
     }
     plan->atomic = atomic;
-    plan->record = r ? r : cores;
+    plan->record = r;
     return FW_OK;
 }
 

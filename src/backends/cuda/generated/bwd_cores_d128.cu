@@ -10,7 +10,13 @@ struct d128_cores_bm32_bn64 {
     static constexpr int D = 128, BM = 32, BN = 64;
 };
 
+struct d128_cores_bm32_bn32 {
+    static constexpr kv_kernel KIND = kv_kernel::cores;
+    static constexpr int D = 128, BM = 32, BN = 32;
+};
+
 static_assert(cores_smem_bytes<d128_cores_bm32_bn64>() == 122112, "kernels.tsv: shared memory");
+static_assert(cores_smem_bytes<d128_cores_bm32_bn32>() == 80128, "kernels.tsv: shared memory");
 
 } /* namespace fwbwd */
 
@@ -25,4 +31,16 @@ extern "C" cudaError_t fw_bwd_d128_cores_f16(const fw_bwd_args *a, int atomic_dq
 extern "C" cudaError_t fw_bwd_d128_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d128_cores_bm32_bn64>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_cores_bm32_bn32_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<float, fwbwd::d128_cores_bm32_bn32>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_cores_bm32_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__half, fwbwd::d128_cores_bm32_bn32>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_cores_bm32_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d128_cores_bm32_bn32>(a, atomic_dq, stream);
 }

@@ -11,6 +11,11 @@ struct d128_cores_bm32_bn64 {
     static constexpr int D = 128, BM = 32, BN = 64;
 };
 
+struct d128_cores_bm32_bn32 {
+    static constexpr kv_kernel KIND = kv_kernel::cores;
+    static constexpr int D = 128, BM = 32, BN = 32;
+};
+
 } /* namespace fwbwd */
 
 extern "C" cudaError_t fw_bwd_d128_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
@@ -24,4 +29,16 @@ extern "C" cudaError_t fw_bwd_d128_cores_f16_varlen(const fw_bwd_args *a, int at
 extern "C" cudaError_t fw_bwd_d128_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d128_cores_bm32_bn64, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_cores_bm32_bn32_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<float, fwbwd::d128_cores_bm32_bn32, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_cores_bm32_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__half, fwbwd::d128_cores_bm32_bn32, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d128_cores_bm32_bn32_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d128_cores_bm32_bn32, true>(a, atomic_dq, stream);
 }

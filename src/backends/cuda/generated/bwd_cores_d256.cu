@@ -10,7 +10,13 @@ struct d256_cores_bm16_bn32 {
     static constexpr int D = 256, BM = 16, BN = 32;
 };
 
+struct d256_cores_bm16_bn16 {
+    static constexpr kv_kernel KIND = kv_kernel::cores;
+    static constexpr int D = 256, BM = 16, BN = 16;
+};
+
 static_assert(cores_smem_bytes<d256_cores_bm16_bn32>() == 106112, "kernels.tsv: shared memory");
+static_assert(cores_smem_bytes<d256_cores_bm16_bn16>() == 70784, "kernels.tsv: shared memory");
 
 } /* namespace fwbwd */
 
@@ -25,4 +31,16 @@ extern "C" cudaError_t fw_bwd_d256_cores_f16(const fw_bwd_args *a, int atomic_dq
 extern "C" cudaError_t fw_bwd_d256_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d256_cores_bm16_bn32>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d256_cores_bm16_bn16_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<float, fwbwd::d256_cores_bm16_bn16>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d256_cores_bm16_bn16_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__half, fwbwd::d256_cores_bm16_bn16>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d256_cores_bm16_bn16_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d256_cores_bm16_bn16>(a, atomic_dq, stream);
 }

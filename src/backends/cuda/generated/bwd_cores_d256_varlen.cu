@@ -11,6 +11,11 @@ struct d256_cores_bm16_bn32 {
     static constexpr int D = 256, BM = 16, BN = 32;
 };
 
+struct d256_cores_bm16_bn16 {
+    static constexpr kv_kernel KIND = kv_kernel::cores;
+    static constexpr int D = 256, BM = 16, BN = 16;
+};
+
 } /* namespace fwbwd */
 
 extern "C" cudaError_t fw_bwd_d256_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
@@ -24,4 +29,16 @@ extern "C" cudaError_t fw_bwd_d256_cores_f16_varlen(const fw_bwd_args *a, int at
 extern "C" cudaError_t fw_bwd_d256_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d256_cores_bm16_bn32, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d256_cores_bm16_bn16_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<float, fwbwd::d256_cores_bm16_bn16, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d256_cores_bm16_bn16_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__half, fwbwd::d256_cores_bm16_bn16, true>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d256_cores_bm16_bn16_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d256_cores_bm16_bn16, true>(a, atomic_dq, stream);
 }

@@ -10,7 +10,13 @@ struct d64_cores_bm64_bn64 {
     static constexpr int D = 64, BM = 64, BN = 64;
 };
 
+struct d64_cores_bm64_bn32 {
+    static constexpr kv_kernel KIND = kv_kernel::cores;
+    static constexpr int D = 64, BM = 64, BN = 32;
+};
+
 static_assert(cores_smem_bytes<d64_cores_bm64_bn64>() == 111104, "kernels.tsv: shared memory");
+static_assert(cores_smem_bytes<d64_cores_bm64_bn32>() == 77312, "kernels.tsv: shared memory");
 
 } /* namespace fwbwd */
 
@@ -25,4 +31,16 @@ extern "C" cudaError_t fw_bwd_d64_cores_f16(const fw_bwd_args *a, int atomic_dq,
 extern "C" cudaError_t fw_bwd_d64_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
 {
     return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d64_cores_bm64_bn64>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_cores_bm64_bn32_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<float, fwbwd::d64_cores_bm64_bn32>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_cores_bm64_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__half, fwbwd::d64_cores_bm64_bn32>(a, atomic_dq, stream);
+}
+extern "C" cudaError_t fw_bwd_d64_cores_bm64_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream)
+{
+    return fwbwd::cores_launch<__nv_bfloat16, fwbwd::d64_cores_bm64_bn32>(a, atomic_dq, stream);
 }

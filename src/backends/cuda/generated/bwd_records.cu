@@ -44,6 +44,12 @@ cudaError_t fw_bwd_d64_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStrea
 cudaError_t fw_bwd_d64_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_cores_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d64_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bm64_bn32_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bm64_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bm64_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bm64_bn32_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bm64_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d64_cores_bm64_bn32_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_bm32_w4_dq_w4_mt2_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
@@ -83,12 +89,24 @@ cudaError_t fw_bwd_d128_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStre
 cudaError_t fw_bwd_d128_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_cores_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d128_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bm32_bn32_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bm32_bn32_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bm32_bn32_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bm32_bn32_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bm32_bn32_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d128_cores_bm32_bn32_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 cudaError_t fw_bwd_d256_cores_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bm16_bn16_f32(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bm16_bn16_f16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bm16_bn16_bf16(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bm16_bn16_f32_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bm16_bn16_f16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
+cudaError_t fw_bwd_d256_cores_bm16_bn16_bf16_varlen(const fw_bwd_args *a, int atomic_dq, cudaStream_t stream);
 }
 
 /* name, kernel, arch, d, bm, bn, warps, stages, sub_m, dq_kernel, dq_warps, dq_mt, dq_bn, fuse_dq,
@@ -139,6 +157,9 @@ extern "C" const fw_bwd_record fw_bwd_records[] = {
     {"cores", FW_BWD_CORES, 80, 64, 64, 64, 8, 1, 64, FW_BWD_DQ_CORES, 0, 0, 0, 0,
      111104, 111104, fw_bwd_d64_cores_f32, fw_bwd_d64_cores_f16, fw_bwd_d64_cores_bf16,
      fw_bwd_d64_cores_f32_varlen, fw_bwd_d64_cores_f16_varlen, fw_bwd_d64_cores_bf16_varlen},
+    {"cores-bm64-bn32", FW_BWD_CORES, 80, 64, 64, 32, 8, 1, 64, FW_BWD_DQ_CORES, 0, 0, 0, 0,
+     77312, 77312, fw_bwd_d64_cores_bm64_bn32_f32, fw_bwd_d64_cores_bm64_bn32_f16, fw_bwd_d64_cores_bm64_bn32_bf16,
+     fw_bwd_d64_cores_bm64_bn32_f32_varlen, fw_bwd_d64_cores_bm64_bn32_f16_varlen, fw_bwd_d64_cores_bm64_bn32_bf16_varlen},
     {"bm64-w8-dq-w4-mt2-bn32", FW_BWD_MMA, 80, 128, 64, 128, 8, 2, 64, FW_BWD_DQ_MMA, 4, 2, 32, 0,
      158720, 140288, NULL, fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_f16, fw_bwd_d128_bm64_w8_dq_w4_mt2_bn32_bf16,
      NULL, NULL, NULL},
@@ -178,8 +199,14 @@ extern "C" const fw_bwd_record fw_bwd_records[] = {
     {"cores", FW_BWD_CORES, 80, 128, 32, 64, 8, 1, 32, FW_BWD_DQ_CORES, 0, 0, 0, 0,
      122112, 122112, fw_bwd_d128_cores_f32, fw_bwd_d128_cores_f16, fw_bwd_d128_cores_bf16,
      fw_bwd_d128_cores_f32_varlen, fw_bwd_d128_cores_f16_varlen, fw_bwd_d128_cores_bf16_varlen},
+    {"cores-bm32-bn32", FW_BWD_CORES, 80, 128, 32, 32, 8, 1, 32, FW_BWD_DQ_CORES, 0, 0, 0, 0,
+     80128, 80128, fw_bwd_d128_cores_bm32_bn32_f32, fw_bwd_d128_cores_bm32_bn32_f16, fw_bwd_d128_cores_bm32_bn32_bf16,
+     fw_bwd_d128_cores_bm32_bn32_f32_varlen, fw_bwd_d128_cores_bm32_bn32_f16_varlen, fw_bwd_d128_cores_bm32_bn32_bf16_varlen},
     {"cores", FW_BWD_CORES, 80, 256, 16, 32, 8, 1, 16, FW_BWD_DQ_CORES, 0, 0, 0, 0,
      106112, 106112, fw_bwd_d256_cores_f32, fw_bwd_d256_cores_f16, fw_bwd_d256_cores_bf16,
      fw_bwd_d256_cores_f32_varlen, fw_bwd_d256_cores_f16_varlen, fw_bwd_d256_cores_bf16_varlen},
+    {"cores-bm16-bn16", FW_BWD_CORES, 80, 256, 16, 16, 8, 1, 16, FW_BWD_DQ_CORES, 0, 0, 0, 0,
+     70784, 70784, fw_bwd_d256_cores_bm16_bn16_f32, fw_bwd_d256_cores_bm16_bn16_f16, fw_bwd_d256_cores_bm16_bn16_bf16,
+     fw_bwd_d256_cores_bm16_bn16_f32_varlen, fw_bwd_d256_cores_bm16_bn16_f16_varlen, fw_bwd_d256_cores_bm16_bn16_bf16_varlen},
 };
 extern "C" const int fw_bwd_nrecords = (int)(sizeof fw_bwd_records / sizeof fw_bwd_records[0]);
