@@ -1,5 +1,6 @@
 /* The CUDA backward's heuristics (heuristics.h): every choice among store and recompute, the dQ modes and the
  * generated records is made here. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/bwd/heuristics.h"
@@ -186,15 +187,20 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
 
 /* The CUDA-core record that runs p where no tensor-core record does: the knobs' FW_CUDA_BWD_CONFIG where it names one
  * that fits, else the first of the head dim's (kernels.tsv: "cores", then smaller tiles) whose shared memory the device
- * has; NULL if none fits. */
-static const fw_bwd_record *cores_pick(int dpad, const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k)
+ * has; NULL if none fits, with the least shared memory any of them needs in *least. */
+static const fw_bwd_record *cores_pick(int dpad, const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k,
+                                       size_t *least)
 {
     const fw_bwd_record *forced = k->cuda_bwd_config[0] ? fw_bwd_record_named(dpad, k->cuda_bwd_config) : NULL;
     if (forced && forced->kernel == FW_BWD_CORES && record_takes(forced, p) && record_runs(forced, 0, di)) return forced;
     int n = 0;
     const fw_bwd_record *rs = fw_bwd_records_of(dpad, &n);
-    for (int i = 0; i < n; i++)
-        if (rs[i].kernel == FW_BWD_CORES && record_takes(&rs[i], p) && record_runs(&rs[i], 0, di)) return &rs[i];
+    *least = SIZE_MAX;
+    for (int i = 0; i < n; i++) {
+        if (rs[i].kernel != FW_BWD_CORES || !record_takes(&rs[i], p)) continue;
+        if (record_runs(&rs[i], 0, di)) return &rs[i];
+        if (rs[i].smem_deterministic < *least) *least = rs[i].smem_deterministic;
+    }
     return NULL;
 }
 
@@ -294,13 +300,9 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
     } else {
         r = tc_pick(p, atomic, di, k);
     }
-    if (!r) r = cores_pick(dpad, p, di, k);
+    size_t least = 0;
+    if (!r) r = cores_pick(dpad, p, di, k, &least);
     if (!r) {
-        int n = 0;
-        const fw_bwd_record *rs = fw_bwd_records_of(dpad, &n);
-        size_t least = cores->smem_deterministic;
-        for (int i = 0; i < n; i++)
-            if (rs[i].kernel == FW_BWD_CORES && rs[i].smem_deterministic < least) least = rs[i].smem_deterministic;
         fw_why(why, why_len, "the CUDA backward for head_dim %lld needs %zu bytes of shared memory per block; cuda:%d allows %d",
                (long long)p->head_dim, least, p->device.index, di->smem_optin);
         return FW_ERR_UNSUPPORTED;
