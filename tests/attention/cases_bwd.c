@@ -146,19 +146,9 @@ void att_add_backward_variants(att_plan *p, const att_opts *o)
         int n = 0;
         const fw_bwd_record *rs = fw_bwd_records_of(fw_bwd_padded_dim(shapes[i].D), &n);
         for (int v = 0; v < n && nenv < MAX_ENV; v++) {
-            if (rs[v].kernel == FW_BWD_CORES) {
-                if (!strcmp(rs[v].name, "cores")) continue; /* the default: every other section runs it */
-                snprintf(env[nenv], sizeof env[nenv], "FW_CUDA_BWD_CONFIG=%s", rs[v].name);
-                for (int d = 0; d < 2; d++) {
-                    att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : FW_F32));
-                    t->env = env[nenv];
-                    t->config = "bwd-deterministic,bwd-atomic";
-                    if (o->quick) break;
-                }
-                nenv++;
-                continue;
-            }
-            if (!tensor_cores) continue;
+            const int cores = rs[v].kernel == FW_BWD_CORES;
+            /* ("cores" itself is the default: every other section runs it) */
+            if (cores ? !strcmp(rs[v].name, "cores") : !tensor_cores) continue;
             snprintf(env[nenv], sizeof env[nenv], "FW_CUDA_BWD_CONFIG=%s", rs[v].name);
             if (rs[v].kernel == FW_BWD_TF32) {
                 att_case *t = att_add(p, make(&shapes[i], FW_F32));
@@ -167,8 +157,8 @@ void att_add_backward_variants(att_plan *p, const att_opts *o)
                 t->precisions = (1u << FW_PRECISION_TF32) | (1u << FW_PRECISION_3XTF32);
                 continue;
             }
-            for (int d = 0; d < 2; d++) {
-                att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : FW_F16));
+            for (int d = 0; d < 2; d++) { /* the CUDA-core records in f32 and bf16, the tensor-core ones f16 and bf16 */
+                att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : cores ? FW_F32 : FW_F16));
                 t->env = env[nenv];
                 t->config = "bwd-deterministic,bwd-atomic";
                 if (o->quick) break;
