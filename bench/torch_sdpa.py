@@ -273,15 +273,20 @@ def main():
     summary(rows)
 
 
-CONFIGS = {
-    64: ["bm128-bn64-w4-s2-qr", "bm128-bn128-w4-s2", "bm128-bn128-w4-s2-qr-sb64", "bm128-bn64-w4-s3-qr",
-         "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3", "ws-bm128-bn128-s3",
-         "ws-bm128-bn128-s3-pp", "wsp-bm128-bn128-s3"],
-    128: ["bm128-bn64-w4-s2", "bm128-bn64-w4-s2-sb32", "bm128-bn32-w4-s2", "bm128-bn64-w8-s2-qr",
-          "bm64-bn64-w4-s2-qr", "wg-bm128-bn128-s3", "wg-bm192-bn64-s3", "ws-bm128-bn128-s3",
-          "ws-bm128-bn128-s3-pp", "wsp-bm128-bn128-s3"],
-}  # wg-*, ws-*, wsp-*: the wgmma kernels (compute capability 9.0 only; elsewhere the library would run its
-#    default under that name, so they are skipped there)
+def forward_configs():
+    """cuda-flash's dense forward configurations by head dim, in kernels.tsv's order (the table the library is
+    generated from): wg-*, ws-*, wsp-* are the wgmma kernels (compute capability 9.0 only; elsewhere the library
+    would run its default under that name, so they are skipped there)."""
+    out = {}
+    with open(os.path.join(ROOT, "src/backends/cuda/kernels.tsv")) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 9 and fields[0].startswith("fwd.") and "varlen" not in fields[8].split(","):
+                out.setdefault(int(fields[3]), []).append(fields[1])
+    return out
+
+
+CONFIGS = forward_configs()
 
 
 def fmt(x, spec):

@@ -5,7 +5,8 @@
  * Per key tile (FlashAttention-3's intra-warpgroup overlap):
  *   S(t) = Q K(t)ᵀ      wgmma, A and B from shared memory (both K-major)
  *   O += P(t-1) V(t-1)  wgmma, A (P, bf16/f16) from registers, B = V N-major (transposed descriptor)
- *   wait for S(t); online softmax of S(t) while the P·V product runs; wait for it; rescale O.
+ *   wait for S(t); online softmax of S(t) while the P·V product runs; wait for it; rescale O (kernel_ws.cuh
+ *   may rescale O instead between the next S's issue and its P·V product).
  * Q, K and V tiles are in the 128-byte-swizzled layout of swizzle.cuh, which wgmma reads through matrix
  * descriptors. */
 #ifndef FW_FWD_CONSUMER_WG_CUH
