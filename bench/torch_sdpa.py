@@ -4,8 +4,8 @@
 Times torch.nn.functional.scaled_dot_product_attention forced to one backend at a time
 (flash = FlashAttention-2, cudnn, efficient, math) and flashwatt's CUDA backends through the
 Python package (python/flashwatt, ctypes over build/libflashwatt.so, torch's current stream, no
-copies) on the identical torch tensors. CUDA events around windows of back-to-back calls (about 2 ms each, so that host-side call
-overhead hides behind the GPU work for every backend alike); the backends' windows are
+copies) on the identical torch tensors. CUDA events around windows of back-to-back calls (about 2 ms each, after one
+untimed call, so that host-side call overhead hides behind the GPU work for every backend alike); the backends' windows are
 interleaved in rotating order (clock / power-limit drift hits all alike); median per-call time.
 
 Default shapes: the FlashAttention grid — 16k tokens (batch = 16384 / L), hidden 2048
@@ -136,9 +136,13 @@ def calls_per_window(fn, window_ms):
 
 
 def time_window(fn, n):
-    """Per-call milliseconds of n back-to-back calls between two CUDA events."""
+    """Per-call milliseconds of n back-to-back calls between two CUDA events. One untimed call goes first,
+    so that the host runs ahead of the GPU when the first event is reached: otherwise the first call's host
+    time (the binding, the dispatcher) counts as GPU time, which at one or two calls a window is most of the
+    difference between two backends' host paths, not their kernels."""
     a = torch.cuda.Event(enable_timing=True)
     b = torch.cuda.Event(enable_timing=True)
+    fn()
     a.record()
     for _ in range(n):
         fn()
