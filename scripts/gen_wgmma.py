@@ -3,7 +3,7 @@
 # instantiations are scripts/gen_kernels.py's.
 import os
 import sys
-Ns = [64, 128]
+Ns = [64, 96, 128]
 out = []
 w = out.append
 w('''/* wgmma (sm_90a) wrappers: warpgroup matrix multiply-accumulate, f32 accumulators in registers.

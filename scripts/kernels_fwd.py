@@ -54,11 +54,15 @@ def check_record(r):
             fail(f"{where}: an mma record is sm80, bm a multiple of 16 warps, sb dividing bn")
     else:
         nwg = r["warps"] // 4 - (1 if r["family"] == "fwd.ws" else 0)
-        if r["arch"] != "sm90a" or r["d"] % 64 or r["bn"] % 64 or r["bm"] != 64 * nwg or r["warps"] % 4:
-            fail(f"{where}: a wgmma record is sm90a, d and bn multiples of 64, bm 64 per consumer warpgroup")
-        if r["family"] == "fwd.ws" and (r["bm"] != 128 or bool(r["fallback"]) == r["varlen"]):
-            fail(f"{where}: a ws record has two consumer warpgroups (bm 128) and a fallback, unless it is a "
-                 "ragged (varlen) one: those have none (the serving kernel runs where TMA cannot)")
+        if (r["arch"] != "sm90a" or r["d"] % 64 or r["bn"] % (32 if r["bm"] == 192 else 64) or r["bm"] != 64 * nwg
+                or r["warps"] % 4):
+            fail(f"{where}: a wgmma record is sm90a, d and bn multiples of 64 (bn of 32 at bm 192), bm 64 per consumer "
+                 "warpgroup")
+        if r["family"] == "fwd.ws" and (r["bm"] not in (128, 192) or bool(r["fallback"]) == r["varlen"]):
+            fail(f"{where}: a ws record has two or three consumer warpgroups (bm 128 or 192) and a fallback, unless "
+                 "it is a ragged (varlen) one: those have none (the serving kernel runs where TMA cannot)")
+        if r["family"] == "fwd.ws" and r["pp"] and r["bm"] != 128:
+            fail(f"{where}: ping-pong takes turns between two consumer warpgroups (bm 128)")
         if r["family"] == "fwd.ws" and r["persist"] and r["varlen"]:
             fail(f"{where}: a ragged (varlen) ws record takes its tile from its grid slot: not persist")
 

@@ -270,13 +270,15 @@ static void add_no_wgmma(att_plan *p, const att_opts *o)
 /* The grid's 16-bit cases at head dims 64 and 128 with the Hopper forward's persistent form forced and held to
  * 3 blocks: several query blocks a block, so the stage ring and Q's barrier run across them and causal grids
  * take the snake's rounds (the default takes that form only from 132 query blocks, beyond the grid's shapes).
- * Elsewhere than compute capability 9.0 the name is not there and the default runs. */
+ * The head dim 64 cases run again on the three-consumer tile (192 rows, 96 keys: neither divides the grid's
+ * lengths). Elsewhere than compute capability 9.0 the names are not there and the default runs. */
 static void add_persistent(att_plan *p, const att_opts *o)
 {
     const int first = p->n;
     add_grid(p, o);
+    const int last = p->n;
     int keep = first;
-    for (int i = first; i < p->n; i++) {
+    for (int i = first; i < last; i++) {
         const fw_case *c = &p->v[i].c;
         if (c->dtype != FW_F32 && (c->head_dim == 64 || c->head_dim == 128)) {
             p->v[keep] = p->v[i];
@@ -284,6 +286,9 @@ static void add_persistent(att_plan *p, const att_opts *o)
         }
     }
     p->n = keep;
+    for (int i = first; i < keep; i++)
+        if (p->v[i].c.head_dim == 64)
+            att_add(p, p->v[i])->env = "FW_CUDA_FLASH_CONFIG=wsp-bm192-bn96-s4 FW_CUDA_PERSIST_BLOCKS=3";
 }
 
 /* ---- nan: non-finite inputs and large logits --------------------------------------------------
@@ -454,7 +459,7 @@ const att_section att_sections[] = {
     {"f32", TEST, CUDA, 1, "the f32 suite: every configuration, exact/tf32/3xtf32", add_f32, NULL},
     {"forced", TEST, CUDA, 1, "the f32 suite with split/persistence/staging/delay forced", add_forced, NULL},
     {"nowgmma", TEST, CUDA, 0, "the grid with FW_CUDA_FLASH_WG=0 (no sm_90a kernels)", add_no_wgmma, NULL},
-    {"persistent", TEST, CUDA, 1, "the grid at D 64/128 with the persistent Hopper forward forced onto 3 blocks",
+    {"persistent", TEST, CUDA, 1, "the grid at D 64/128 with the persistent Hopper forward (192-row too) on 3 blocks",
      add_persistent, NULL},
     {"nan", TEST, CPU | CUDA, 1, "NaN/inf in K and V behind masks, large logits", add_nan, NULL},
     {"configs", TEST, CPU | CUDA, 1, "every configuration of every backend on boundary-heavy shapes", add_configs, NULL},

@@ -75,22 +75,24 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
         want_bm = 64;
         want_bn = 64;
     }
-    /* Hopper (compute capability 9.0): the warp-specialised wgmma + TMA kernel, bm128-bn128-s3. On an H100
-     * (docs/PERF.md), at D=128 1.17-1.46x the mma.sync default (0.78-1.09x cuDNN) at every FA-grid shape; at
-     * D=64 1.08-1.32x, except causal L=512 (0.94x). Its persistent form (wsp-: one block an SM, the next query
-     * block's loads under this one's epilogue) at D=64 where launch and epilogue weigh most, over three H200 runs
-     * and one H100 run: 1.09-1.18x the one-block-a-tile grid at L=512, 1.05-1.11x at L=1024, 1.01-1.07x at L=2048
-     * without a mask; causal 1.03-1.15x at L=512 on the H200 (0.99x on the H100), but from L=1024 0.94x on the
-     * H100 and less above (its heads-first order the suspect); at D=128 (staging in Q, whose next load then
-     * waits) it was no faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster at
-     * L=512 and -0.2 to +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
-    const int causal_like = p->window_right < p->seqlen_q + p->seqlen_k + 1;
-    const int persistent = dpad == 64 && p->seqlen_q <= (causal_like ? 512 : 2048);
+    /* Hopper (compute capability 9.0): the warp-specialised wgmma + TMA kernel. On an H100 (docs/PERF.md),
+     * bm128-bn128-s3 at D=128 1.17-1.46x the mma.sync default (0.78-1.09x cuDNN) at every FA-grid shape; at D=64
+     * 1.08-1.32x, except causal L=512 (0.94x). At D=64 its persistent form (wsp-: one block an SM, the next query
+     * block's loads under this one's epilogue) where launch and epilogue weigh most: over four H200 runs
+     * 1.04-1.18x the one-block-a-tile grid up to L=1024 (causal L=1024 1.02-1.06x; 0.94x in an H100 run of the
+     * grid before its rescale moved), and from L=2048 (both lengths) three consumer warpgroups of 64 rows,
+     * wsp-bm192-bn96-s4, FlashAttention-3's tile at D=64: 1.05-1.12x the 128-row records (L=1024: 0.95x, its
+     * tiles a ninth padding). At D=128 (staging in Q, whose next load then waits) the persistent form was no
+     * faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster at L=512 and -0.2 to
+     * +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
+    const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024;
+    const int persistent = dpad == 64;
     const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
+    const int ws_bm = long_d64 ? 192 : 128, ws_bn = long_d64 ? 96 : 128;
     const int ws_ok = blocks128 >= 132 && (dpad == 128 || dpad == 64);
     for (int i = 0; ws_ok && i < n; i++)
-        if (rs[i].kernel == FW_FWD_WS && rs[i].pingpong == pingpong && rs[i].bn == 128 && rs[i].persistent == persistent &&
-            fw_fwd_record_runs(&rs[i], di, k))
+        if (rs[i].kernel == FW_FWD_WS && rs[i].pingpong == pingpong && rs[i].bm == ws_bm && rs[i].bn == ws_bn &&
+            rs[i].persistent == persistent && fw_fwd_record_runs(&rs[i], di, k))
             return &rs[i];
     /* Otherwise the mma.sync record closest to the preferred shape (the first of equal scores). */
     int best = -1, best_score = -1;

@@ -1,14 +1,14 @@
 /* The warp-specialised Hopper forward (sm_90a): a producer warpgroup loads with the tensor memory
- * accelerator, two consumer warpgroups compute (consumer_wg.cuh), and its launch.
+ * accelerator, two or three consumer warpgroups compute (consumer_wg.cuh), and its launch.
  *
- * Block = 3 warpgroups: warpgroup 0 produces (pipeline.cuh: one thread issues every load, a 128-byte-swizzled
- * box per column block, completing on the stage's mbarrier), warpgroups 1 and 2 consume 64 query rows each
- * and never load. K and V of a stage have their own "full" barriers (S can start before V lands); the
+ * Block = 1 + BM / 64 warpgroups: warpgroup 0 produces (pipeline.cuh: one thread issues every load, a
+ * 128-byte-swizzled box per column block, completing on the stage's mbarrier), the others consume 64 query rows
+ * each and never load. K and V of a stage have their own "full" barriers (S can start before V lands); the
  * consumers' arrivals on the stage's "empty" barrier let the producer reuse it. The producer gives up
- * registers (24), the consumers take them (240). PINGPONG: the two consumers take turns issuing their
- * products, so that one's softmax runs under the other's wgmmas (FlashAttention-3's ping-pong).
+ * registers (24), the consumers take them (ws_consumer_registers). PINGPONG (two consumers): they take turns
+ * issuing their products, so that one's softmax runs under the other's wgmmas (FlashAttention-3's ping-pong).
  *
- * C: a configuration (generated/): D, BM (128), BN, STAGES, PINGPONG, VARLEN, PERSISTENT and (dense) FALLBACK,
+ * C: a configuration (generated/): D, BM (128 or 192), BN, STAGES, PINGPONG, VARLEN, PERSISTENT and (dense) FALLBACK,
  * the wgmma kernel's configuration that runs where the driver refuses a tensor map. The consumers' mainloop is
  * written out (consume_query_block), as kernel_mma.cuh says why.
  *
@@ -43,6 +43,14 @@ struct tma_maps {
     int swap_q, swap_k, swap_v;
     fw_cuda_seqs seqs;
 };
+
+/* A block: the producer warpgroup and BM / 64 consumer warpgroups (two, or three at BM = 192, FlashAttention-3's
+ * tile at head dim 64). The producer gives up registers so that the consumers can take them: 240 each for two,
+ * 160 for three (65536 a block). */
+template <class C> constexpr int ws_consumer_threads() { return C::BM / 64 * 128; }
+template <class C> constexpr int ws_threads() { return ws_consumer_threads<C>() + 128; }
+template <class C> constexpr int ws_consumer_registers() { return C::BM == 128 ? 240 : 160; }
+static_assert(128 * 24 + 384 * 160 <= 65536, "three consumers' registers");
 
 /* The mbarriers: Q (resident), K and V per stage, "empty" per stage. */
 template <class C> using ws_ring = fwparts::mbar_ring<C::STAGES, 2, 1>;
@@ -183,8 +191,8 @@ __device__ __forceinline__ void consume_query_block(wg_consumer<T, C::D, C::BN, 
         if constexpr (C::VARLEN) { /* V rows past the sequence: only the last tile has them */
             const int r0 = pp.Lk - (n_begin + (n_tiles - 1) * BN);
             if (r0 < BN) {
-                zero_tile_rows<CB, BN, 256>(sV + (uint32_t)pst * KV_BYTES, r0, tid - 128);
-                named_sync(4, 256); /* both consumers' zeros before either's product (ids 1-3: ping-pong, epilogue) */
+                zero_tile_rows<CB, BN, ws_consumer_threads<C>()>(sV + (uint32_t)pst * KV_BYTES, r0, tid - 128);
+                named_sync(4, ws_consumer_threads<C>()); /* every consumer's zeros before any product (ids 1-3: ping-pong, epilogue) */
             }
         }
         turns.turn_begin();
@@ -209,20 +217,21 @@ __device__ __forceinline__ void consume_query_block(wg_consumer<T, C::D, C::BN, 
             mbar_arrive(q_free);
         }
     } else {
-        named_sync(3, 256); /* both consumers are done with every tile: the staging area is free */
+        named_sync(3, ws_consumer_threads<C>()); /* every consumer is done with every tile: the staging area is free */
         w.store(pp, stage, m0, blk.b, blk.h, lane);
     }
 }
 
 /* batch: the dense problem's batch entries (PERSISTENT: the grid loops over them; VARLEN: unused). */
 template <typename T, class C>
-__global__ void __launch_bounds__(384, 1) ws_kernel(const fw_fwd_params p, const __grid_constant__ tma_maps m, int batch)
+__global__ void __launch_bounds__(ws_threads<C>(), 1) ws_kernel(const fw_fwd_params p, const __grid_constant__ tma_maps m, int batch)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace fwparts;
-    constexpr int D = C::D, BM = 128, BN = C::BN, ST = C::STAGES;
+    constexpr int D = C::D, BM = C::BM, BN = C::BN, ST = C::STAGES, CT = ws_consumer_threads<C>();
     constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
-    static_assert(BM == C::BM && D % 64 == 0 && BN % 64 == 0 && ST >= 2, "wgmma tile shapes");
+    static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "wgmma tile shapes");
+    static_assert(!C::PINGPONG || CT == 256, "ping-pong takes turns between two consumers");
     static_assert(!(C::PERSISTENT && C::VARLEN), "a ragged block's tile is its grid slot's");
 
     extern __shared__ __align__(16) unsigned char smem_raw[]; /* aligned to 1024 below */
@@ -234,8 +243,8 @@ __global__ void __launch_bounds__(384, 1) ws_kernel(const fw_fwd_params p, const
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     if (tid == 0) {
-        ring.template init<false>(256);
-        if (C::PERSISTENT) mbar_init(q_free, 256);
+        ring.template init<false>(CT);
+        if (C::PERSISTENT) mbar_init(q_free, CT);
         mbar_init_fence();
     }
     __syncthreads();
@@ -272,8 +281,8 @@ __global__ void __launch_bounds__(384, 1) ws_kernel(const fw_fwd_params p, const
         return;
     }
 
-    consumer_registers<240>();
-    const int wgc = wg - 1; /* consumer 0 or 1 */
+    consumer_registers<ws_consumer_registers<C>()>();
+    const int wgc = wg - 1; /* consumer 0, 1 (or 2) */
     wg_consumer<T, D, BN, BM> w;
     const uint32_t sq = sQ + (uint32_t)(wgc * 64 * 128);
     /* the epilogue's staging: the block's over the tiles or (PERSISTENT) in its own area, or this warp's 16 x D
@@ -332,7 +341,7 @@ static cudaError_t ws_launch(const fw_fwd_params *p, int batch, const fw_cuda_se
     } else {
         grid = fwparts::static_tile_scheduler::grid(q.num_m_blocks, p->H, batch);
     }
-    ws_kernel<T, C><<<grid, 384, smem, stream>>>(q, m, batch);
+    ws_kernel<T, C><<<grid, ws_threads<C>(), smem, stream>>>(q, m, batch);
     return fw_cuda_launch_error();
 }
 

@@ -73,6 +73,24 @@ struct d64_wsp_bm128_bn128_s3 {
 };
 static_assert(ws_smem_bytes<d64_wsp_bm128_bn128_s3>() == 134400, "kernels.tsv: shared memory");
 
+struct d64_ws_bm192_bn96_s4 {
+    static constexpr int D = 64, BM = 192, BN = 96, STAGES = 4;
+    static constexpr bool PINGPONG = false;
+    static constexpr bool VARLEN = false;
+    static constexpr bool PERSISTENT = false;
+    using FALLBACK = d64_wg_bm192_bn64_s3;
+};
+static_assert(ws_smem_bytes<d64_ws_bm192_bn96_s4>() == 124160, "kernels.tsv: shared memory");
+
+struct d64_wsp_bm192_bn96_s4 {
+    static constexpr int D = 64, BM = 192, BN = 96, STAGES = 4;
+    static constexpr bool PINGPONG = false;
+    static constexpr bool VARLEN = false;
+    static constexpr bool PERSISTENT = true;
+    using FALLBACK = d64_wg_bm192_bn64_s3;
+};
+static_assert(ws_smem_bytes<d64_wsp_bm192_bn96_s4>() == 151808, "kernels.tsv: shared memory");
+
 } /* namespace fwfwd */
 
 extern "C" cudaError_t fw_fwd_d64_bm128_bn64_w4_s2_qr_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *, cudaStream_t stream)
@@ -154,4 +172,20 @@ extern "C" cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p,
 extern "C" cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
 {
     return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_wsp_bm128_bn128_s3>(p, batch, seqs, stream);
+}
+extern "C" cudaError_t fw_fwd_d64_ws_bm192_bn96_s4_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
+{
+    return fwfwd::ws_launch<__half, fwfwd::d64_ws_bm192_bn96_s4>(p, batch, seqs, stream);
+}
+extern "C" cudaError_t fw_fwd_d64_ws_bm192_bn96_s4_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
+{
+    return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_ws_bm192_bn96_s4>(p, batch, seqs, stream);
+}
+extern "C" cudaError_t fw_fwd_d64_wsp_bm192_bn96_s4_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
+{
+    return fwfwd::ws_launch<__half, fwfwd::d64_wsp_bm192_bn96_s4>(p, batch, seqs, stream);
+}
+extern "C" cudaError_t fw_fwd_d64_wsp_bm192_bn96_s4_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream)
+{
+    return fwfwd::ws_launch<__nv_bfloat16, fwfwd::d64_wsp_bm192_bn96_s4>(p, batch, seqs, stream);
 }

@@ -28,6 +28,10 @@ cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_f16(const fw_fwd_params *p, int batc
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_wsp_bm128_bn128_s3_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d64_ws_bm192_bn96_s4_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d64_ws_bm192_bn96_s4_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d64_wsp_bm192_bn96_s4_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
+cudaError_t fw_fwd_d64_wsp_bm192_bn96_s4_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_varlen_bf16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
 cudaError_t fw_fwd_d64_ws_bm128_bn128_s3_pp_varlen_f16(const fw_fwd_params *p, int batch, const fw_cuda_seqs *seqs, cudaStream_t stream);
@@ -94,6 +98,10 @@ extern "C" const fw_fwd_record fw_fwd_records[] = {
      fw_fwd_d64_ws_bm128_bn128_s3_pp_f16, fw_fwd_d64_ws_bm128_bn128_s3_pp_bf16},
     {"wsp-bm128-bn128-s3", FW_FWD_WS, 90, 64, 128, 128, 12, 3, 0, 128, 0, 1, 134400,
      fw_fwd_d64_wsp_bm128_bn128_s3_f16, fw_fwd_d64_wsp_bm128_bn128_s3_bf16},
+    {"ws-bm192-bn96-s4", FW_FWD_WS, 90, 64, 192, 96, 16, 4, 0, 96, 0, 0, 124160,
+     fw_fwd_d64_ws_bm192_bn96_s4_f16, fw_fwd_d64_ws_bm192_bn96_s4_bf16},
+    {"wsp-bm192-bn96-s4", FW_FWD_WS, 90, 64, 192, 96, 16, 4, 0, 96, 0, 1, 151808,
+     fw_fwd_d64_wsp_bm192_bn96_s4_f16, fw_fwd_d64_wsp_bm192_bn96_s4_bf16},
     {"bm128-bn64-w4-s2", FW_FWD_MMA, 80, 96, 128, 64, 4, 2, 0, 64, 0, 0, 79872,
      fw_fwd_d96_bm128_bn64_w4_s2_f16, fw_fwd_d96_bm128_bn64_w4_s2_bf16},
     {"bm64-bn64-w4-s2-qr", FW_FWD_MMA, 80, 96, 64, 64, 4, 2, 1, 64, 0, 0, 66560,
