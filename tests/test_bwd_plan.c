@@ -2,10 +2,11 @@
  * on the host, no GPU needed, for a Hopper (compute capability 9.0) and an Ampere device description: where the
  * default fuses dQ into the dK/dV kernel (16-bit, head dim <= 128, any number of keys, dense or ragged: the atomic
  * mode's producer-warpgroup records), where it keeps the deterministic pipeline (a deterministic context,
- * FW_CUDA_BWD_DQ=deterministic, a record forced by FW_CUDA_BWD_CONFIG), that off Hopper and for f32 nothing is
- * fused, and that a device with less shared memory gets a record that fits it (an A100's 163 KB, 99 KB on compute
- * capability 8.6/8.9) or a refusal that says so, never a launch that cannot start. The GPU tests run the kernels each
- * choice names (tests/attention backward, test_varlen_backward). */
+ * FW_CUDA_BWD_DQ=deterministic, a record forced by FW_CUDA_BWD_CONFIG; a fuse record, whose dK/dV kernel adds dQ up
+ * by atomics, only in the atomic mode), that off Hopper and for f32 nothing is fused, and that a device with less
+ * shared memory gets a record that fits it (an A100's 163 KB, 99 KB on compute capability 8.6/8.9) or a refusal that
+ * says so, never a launch that cannot start. The GPU tests run the kernels each choice names (tests/attention
+ * backward, test_varlen_backward). */
 #include <stdint.h>
 #include <string.h>
 #include "fw_check.h"
@@ -125,6 +126,28 @@ static void hopper_knobs(void)
     expect("FW_CUDA_BWD_DQ=atomic, D 64, 1024 keys: dQ fused", &p, &HOPPER, &atomic, 1, "ws-bm128-dq-ws-bn128");
     p = ragged(3, 500, 700, 300, 400, 64);
     expect("FW_CUDA_BWD_DQ=atomic, ragged D 64: dQ fused", &p, &HOPPER, &atomic, 1, "ws-bm128-dq-ws-bn128");
+    /* a fuse record has no deterministic mode: the knob names it for the atomic one, a configuration for the other
+     * is refused */
+    fw_knobs fused = fw_knobs_defaults;
+    snprintf(fused.cuda_bwd_config, sizeof fused.cuda_bwd_config, "ws-bm128-dq-ws-bn128");
+    p = dense(16, 32, 32, 2048, 2048, 64);
+    expect("FW_CUDA_BWD_CONFIG names a fuse record, D 64, 2048 keys: that record, dQ fused", &p, &HOPPER, &fused, 1,
+           "ws-bm128-dq-ws-bn128");
+    p.deterministic = 1;
+    expect("FW_CUDA_BWD_CONFIG names a fuse record, a deterministic context: the deterministic default", &p, &HOPPER,
+           &fused, 0, "ws-bm64-dq-ws-bn128");
+    fw_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.name, sizeof cfg.name, "bwd-deterministic:ws-bm128-dq-ws-bn128");
+    fw_bwd_plan plan;
+    char why[256] = "";
+    const fw_status st = fw_bwd_recompute_plan(&p, &cfg, &HOPPER, &fw_knobs_defaults, &plan, why, sizeof why);
+    fwt_case(st == FW_ERR_INVALID_VALUE && fwt_contains(why, "atomic mode only"),
+             "configuration bwd-deterministic:ws-bm128-dq-ws-bn128: refused (%s: %s)", fw_status_string(st), why);
+    snprintf(cfg.name, sizeof cfg.name, "bwd-atomic:ws-bm128-dq-ws-bn128");
+    const fw_status sa = fw_bwd_recompute_plan(&p, &cfg, &HOPPER, &fw_knobs_defaults, &plan, why, sizeof why);
+    fwt_case(sa == FW_OK && plan.atomic && plan.record && !strcmp(plan.record->name, "ws-bm128-dq-ws-bn128"),
+             "configuration bwd-atomic:ws-bm128-dq-ws-bn128: that record, atomic (%s)", fw_status_string(sa));
 }
 
 static void elsewhere(void)

@@ -132,7 +132,7 @@ void att_add_backward_headdims(att_plan *p, const att_opts *o)
 }
 
 /* Every tensor-core backward record of the shape's head dim (kernels.tsv), forced by name as the default of
- * both dQ modes, on the 16-bit shapes the tensor cores take; the tf32 records on those shapes in f32, tf32 and
+ * both dQ modes (a fuse record's one), on the 16-bit shapes the tensor cores take; the tf32 records on those shapes in f32, tf32 and
  * 3xtf32, deterministic mode (theirs); the smaller CUDA-core records (those after "cores", for devices with less
  * shared memory) on every shape, f32 and bf16, both modes. */
 void att_add_backward_variants(att_plan *p, const att_opts *o)
@@ -160,7 +160,8 @@ void att_add_backward_variants(att_plan *p, const att_opts *o)
             for (int d = 0; d < 2; d++) { /* the CUDA-core records in f32 and bf16, the tensor-core ones f16 and bf16 */
                 att_case *t = att_add(p, make(&shapes[i], d ? FW_BF16 : cores ? FW_F32 : FW_F16));
                 t->env = env[nenv];
-                t->config = "bwd-deterministic,bwd-atomic";
+                /* a fuse record has no deterministic mode (the knob names it for the atomic one only) */
+                t->config = fw_bwd_fuses_dq(&rs[v]) ? "bwd-atomic" : "bwd-deterministic,bwd-atomic";
                 if (o->quick) break;
             }
             nenv++;

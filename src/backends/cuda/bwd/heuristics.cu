@@ -158,6 +158,9 @@ static int record_runs(const fw_bwd_record *r, int atomic, const fw_cuda_device_
     return record_smem(r, atomic) <= (size_t)di->smem_optin;
 }
 
+/* Has the record a kernel for the dQ mode: a fuse record (dQ added up in its dK/dV kernel) the atomic one only. */
+static int mode_takes(const fw_bwd_record *r, int atomic) { return atomic || !fw_bwd_fuses_dq(r); }
+
 /* The tensor-core record the heuristics choose for p in the mode (the knobs' FW_CUDA_BWD_CONFIG first, where it
  * names a record of the head dim with p's kernels), or NULL where the tensor-core kernels do not apply or do not
  * fit: then the CUDA-core record runs. f32 runs a tf32 record in the deterministic mode only. */
@@ -175,7 +178,7 @@ static const fw_bwd_record *tc_pick(const fw_problem *p, int atomic, const fw_cu
                                                       : df->deterministic;
     const fw_bwd_record *r = fw_bwd_record_named(dpad, name);
     const fw_bwd_record *chosen = k->cuda_bwd_config[0] ? fw_bwd_record_named(dpad, k->cuda_bwd_config) : NULL;
-    const int forced = chosen && record_takes(chosen, p);
+    const int forced = chosen && record_takes(chosen, p) && mode_takes(chosen, atomic);
     if (forced) r = chosen;
     if (r && r->arch == 90 && !fw_cuda_is_sm90a(di)) /* the wgmma kernels: sm_90a machine code */
         r = fw_bwd_record_named(dpad, atomic ? df->atomic_fallback : df->det_fallback);
@@ -214,13 +217,13 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
 }
 
 /* Where no mode is asked for: where the atomic mode's record ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq;
- * only wgmma records for 16-bit inputs on sm_90a do) and no record is forced: ra. On an H200 (fwd+bwd, causal, 16k
+ * only wgmma records for 16-bit inputs on sm_90a do) and no other record is forced: ra. On an H200 (fwd+bwd, causal, 16k
  * tokens) 1.01-1.14x the deterministic pipeline at 256-1024 keys (`flashwatt bench --backward`), 1.04-1.29x at
  * 1024-16384 keys, causal and not, and 1.11x at the GQA shape (bench/sdpa_bwd.py); on bench/varlen_bwd's ragged batch
  * (16 sequences of 128..4096) 1.15-1.21x (docs/PERF.md, "Ragged backward"). */
 static int fused_dq_default(const fw_bwd_record *ra, const fw_knobs *k)
 {
-    return ra && fw_bwd_fuses_dq(ra) && !k->cuda_bwd_config[0];
+    return ra && fw_bwd_fuses_dq(ra) && (!k->cuda_bwd_config[0] || !strcmp(ra->name, k->cuda_bwd_config));
 }
 
 /* Splits "bwd-<mode>[:<record>]" into its mode and record (NULL: none); 0 if the name is no such name. */
@@ -271,6 +274,9 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
         } else if (r->kernel == FW_BWD_TF32 && plan->atomic) {
             ok = 0;
             snprintf(reason, sizeof reason, "the tf32 records run the deterministic mode only");
+        } else if (!mode_takes(r, plan->atomic)) {
+            ok = 0;
+            snprintf(reason, sizeof reason, "the record fuses dQ into its dK/dV kernel by atomics: the atomic mode only");
         } else
             ok = kernels_take(r, p, k, reason, sizeof reason);
         if (ok && !record_runs(r, plan->atomic, di)) {
@@ -365,7 +371,7 @@ extern "C" int fw_bwd_configs(const fw_problem *p, fw_config *out, int max)
         for (int i = 0; i < n && count < max; i++) {
             const fw_bwd_record *r = &rs[i];
             if (!record_takes(r, p) || !kernels_take(r, p, k, NULL, 0) || (atomic && r->kernel == FW_BWD_TF32) ||
-                !record_runs(r, atomic, &di))
+                !mode_takes(r, atomic) || !record_runs(r, atomic, &di))
                 continue;
             int dup = 0;
             for (int j = 0; j < nlisted && !dup; j++) dup = listed[j] == r || (atomic && same_atomic_kernel(listed[j], r));

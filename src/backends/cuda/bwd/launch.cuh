@@ -138,10 +138,16 @@ static cudaError_t tc_launch(const fw_bwd_args *a, int atomic_dq, cudaStream_t s
             }
         return launch_dkdv<T, KV, dq_mode::atomic, VARLEN>(p, grid_kv, s);
     }
-    if constexpr (KV::KIND == kv_kernel::ws) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
-        if ((e = dkdv_ws_launch<T, KV, VARLEN>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
-    if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic, VARLEN>(p, grid_kv, s)) != cudaSuccess) return e;
-    return launch_dq<T, DQ, VARLEN>(p, s);
+    if constexpr (fused_dq<KV>()) {
+        /* A fuse record runs the atomic mode only (heuristics.cu never plans its deterministic one): its tile's
+         * dK/dV kernel without dQ runs short of registers (ptxas serialises its wgmmas), so it is not built. */
+        return cudaErrorNotSupported;
+    } else {
+        if constexpr (KV::KIND == kv_kernel::ws) /* with a TMA producer warpgroup; the cp.async kernel where a map is refused */
+            if ((e = dkdv_ws_launch<T, KV, VARLEN>(p, grid_kv, s, &ws)) != cudaSuccess) return e;
+        if (!ws && (e = launch_dkdv<T, KV, dq_mode::deterministic, VARLEN>(p, grid_kv, s)) != cudaSuccess) return e;
+        return launch_dq<T, DQ, VARLEN>(p, s);
+    }
 }
 
 } /* namespace fwbwd */
