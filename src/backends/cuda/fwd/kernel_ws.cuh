@@ -149,7 +149,8 @@ __device__ __forceinline__ void consume_query_block(wg_consumer<T, C::D, C::BN, 
     /* Where O's rescale by the last softmax's alpha runs: S_FIRST, between S(t)'s issue and P(t-1)·V(t-1)'s
      * (FlashAttention-3's order: the tensor cores start on S(t) before it), else once P(t-1)·V(t-1) retired.
      * Measured on an H200 in one process: S_FIRST 0.5-5% faster one block a tile (D = 64 from L = 2048, D = 128
-     * everywhere), but 2-12% slower in the persistent form from L = 2048, which keeps the second order. */
+     * everywhere), but 2-12% slower in the persistent form from L = 2048 (5-7% with three consumers), which keeps
+     * the second order. */
     constexpr bool S_FIRST = !C::PERSISTENT;
     turns.start();
     mbar_wait(ring.resident(), (uint32_t)(item & 1));
