@@ -270,8 +270,8 @@ static void add_no_wgmma(att_plan *p, const att_opts *o)
 /* The grid's 16-bit cases at head dims 64 and 128 with the Hopper forward's persistent form forced and held to
  * 3 blocks: several query blocks a block, so the stage ring and Q's barrier run across them and causal grids
  * take the snake's rounds (the default takes that form only from 132 query blocks, beyond the grid's shapes).
- * The head dim 64 cases run again on the three-consumer tile (192 rows, 96 keys: neither divides the grid's
- * lengths). Elsewhere than compute capability 9.0 the names are not there and the default runs. */
+ * The head dim 64 cases run again on the three-consumer tile (192 rows, 96 keys: partial tiles at all the grid's
+ * lengths but 4224). Elsewhere than compute capability 9.0 the names are not there and the default runs. */
 static void add_persistent(att_plan *p, const att_opts *o)
 {
     const int first = p->n;

@@ -81,10 +81,10 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
      * block's loads under this one's epilogue) where launch and epilogue weigh most: over four H200 runs
      * 1.04-1.18x the one-block-a-tile grid up to L=1024 (causal L=1024 1.02-1.06x; 0.94x in an H100 run of the
      * grid before its rescale moved), and from L=2048 (both lengths) three consumer warpgroups of 64 rows,
-     * wsp-bm192-bn96-s4, FlashAttention-3's tile at D=64: 1.05-1.12x the 128-row records (L=1024: 0.95x, its
-     * tiles a ninth padding). At D=128 (staging in Q, whose next load then waits) the persistent form was no
-     * faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster at L=512 and -0.2 to
-     * +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
+     * wsp-bm192-bn96-s4, FlashAttention-3's tile at D=64: 1.05-1.13x the 128-row records in two H200 runs
+     * (L=1024: 0.95x, its tiles a ninth padding). At D=128 (staging in Q, whose next load then waits) the
+     * persistent form was no faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster
+     * at L=512 and -0.2 to +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
     const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024;
     const int persistent = dpad == 64;
     const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
