@@ -6,7 +6,8 @@
  * Configuration names of a backward problem (fw_config.name; the cuda-flash table's configs() lists them):
  *   "bwd-materialize"             the store strategy (materialize.h)
  *   "bwd-atomic:<record>"         recompute, dQ by atomics, the kernels of that record (kernels.tsv)
- *   "bwd-deterministic:<record>"  recompute, the deterministic dQ pass, the kernels of that record
+ *   "bwd-deterministic:<record>"  recompute, the deterministic dQ pass, the kernels of that record (not a fuse
+ *                                 record's: those add dQ up by atomics in their dK/dV kernel)
  *   "bwd-atomic", "bwd-deterministic"  that dQ mode, the record the heuristics choose (FW_CUDA_BWD_CONFIG first)
  *   "" (or a name outside "bwd-": a forward configuration, handed by a table whose configs() lists only those)
  *                                 the defaults
