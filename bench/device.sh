@@ -21,7 +21,8 @@ Commands run in the order given (minutes on one H100 in brackets):
             memcheck on test_faults --device cuda --quick and test_varlen_backward --device cuda --quick,
             racecheck and synccheck on one ragged backward a head dim (flashwatt check) [7-10]
   fwd       forward on the FlashAttention grid (bf16, 16k tokens, hidden 2048, D 64/128, L 512..16k,
-            causal and not): cuda-flash's default and its Hopper configurations beside SDPA flash
+            causal and not) and the seed's f16 shape (B=16 H=8 L=1024 D=64): cuda-flash's default and
+            its Hopper configurations beside SDPA flash
             (FlashAttention-2) and cudnn, errors vs float64 (bench/torch_sdpa.py); peak device
             memory of cuda-naive vs cuda-flash at L 4k and 16k [4]
   bwd       forward+backward on the grid (bf16; causal, no mask at 1k/4k/16k, GQA 32/8 at 8k) beside SDPA flash and cudnn
@@ -265,7 +266,7 @@ cmd_fwd() {
     step "forward, FA grid: cuda-flash and its Hopper configurations vs SDPA flash and cudnn (bench/torch_sdpa.py)"
     local t0=$SECONDS rc
     py 590 fwd_torch.log bench/torch_sdpa.py --json "$LOGS/fwd_torch.json" --fw cuda-flash --configs \
-        --cfg-match '^w(g|s|sp)-' --check --sdpa flash,cudnn "${QUICK_ARG[@]}"
+        --cfg-match '^w(g|s|sp)-' --check --sdpa flash,cudnn --shapes grid,seed "${QUICK_ARG[@]}"
     rc=$?
     grep -E "unsupported|failed" "$LOGS/fwd_torch.log" | head -20
     sed -n '/# summary/,$p' "$LOGS/fwd_torch.log"

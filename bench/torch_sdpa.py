@@ -9,7 +9,8 @@ untimed call, so that host-side call overhead hides behind the GPU work for ever
 interleaved in rotating order (clock / power-limit drift hits all alike); median per-call time.
 
 Default shapes: the FlashAttention grid — 16k tokens (batch = 16384 / L), hidden 2048
-(heads = 2048 / D), D = 64 and 128, L = 512 .. 16384, bf16, causal and not.
+(heads = 2048 / D), D = 64 and 128, L = 512 .. 16384, bf16, causal and not; --shapes grid,seed adds the seed's
+f16 shape (B=16 H=8 L=1024 D=64, causal and not).
 TFLOP/s counts 4·B·H·L²·D (half of it when causal), as FlashAttention's benchmarks do.
 
 Prints a table (shape, backend, ms, TFLOP/s, ratio vs flash and cudnn) and writes JSON to
@@ -183,6 +184,7 @@ def main():
     ap.add_argument("--sdpa", default="flash,cudnn,efficient,math")
     ap.add_argument("--cfg-match", default="", help="--configs: only the configuration names this regex matches")
     ap.add_argument("--fw", default="", help="flashwatt backends to time (default: every usable CUDA one)")
+    ap.add_argument("--shapes", default="grid", help="grid (the FA grid, bf16), seed (B=16 H=8 L=1024 D=64 f16), or both")
     args = ap.parse_args()
 
     dev = torch.device("cuda")
@@ -199,77 +201,84 @@ def main():
 
     Ls = [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     dims = [int(x) for x in args.dims.split(",")]
+    kinds = [x for x in args.shapes.split(",") if x]
+    if not kinds or set(kinds) - {"grid", "seed"}:
+        ap.error(f"--shapes: grid, seed or grid,seed, not {args.shapes!r}")
+    shapes = []  # (B, H, L, D, dtype, the dtype's name in the shape's label)
+    if "grid" in kinds:
+        shapes += [(16384 // L, 2048 // D, L, D, torch.bfloat16, "") for D in dims for L in Ls]
+    if "seed" in kinds:
+        shapes.append((16, 8, 1024, 64, torch.float16, " f16"))
     sdpa_names = [s for s in args.sdpa.split(",") if s]
     rows = []
     torch.manual_seed(0)
-    for D in dims:
-        for L in Ls:
-            for causal in (False, True):
-                B, H = 16384 // L, 2048 // D
-                q, k, v = (torch.randn(B, H, L, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
-                fl = flops(B, H, L, D, causal)
-                shape = f"B{B} H{H} L{L} D{D} {'causal' if causal else 'full'}"
-                res = {}
-                ref = None
-                if args.check and L <= 2048:
-                    hs = slice(0, 2)
-                    q64, k64, v64 = (x[:1, hs].double() for x in (q, k, v))
-                    with sdpa_kernel([SDPBackend.MATH]):
-                        ref = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)
-                todo = []
-                for name in sdpa_names:
-                    if name == "math" and L > 4096:
-                        continue  # materialises B·H·L² scores: too slow and large to be useful here
+    for B, H, L, D, dtype, dtype_label in shapes:
+        for causal in (False, True):
+            q, k, v = (torch.randn(B, H, L, D, device=dev, dtype=dtype) for _ in range(3))
+            fl = flops(B, H, L, D, causal)
+            shape = f"B{B} H{H} L{L} D{D}{dtype_label} {'causal' if causal else 'full'}"
+            res = {}
+            ref = None
+            if args.check and L <= 2048:
+                hs = slice(0, 2)
+                q64, k64, v64 = (x[:1, hs].double() for x in (q, k, v))
+                with sdpa_kernel([SDPBackend.MATH]):
+                    ref = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal)
+            todo = []
+            for name in sdpa_names:
+                if name == "math" and L > 4096:
+                    continue  # materialises B·H·L² scores: too slow and large to be useful here
 
-                    def run(name=name):
-                        with sdpa_kernel([SDPA[name]]):
-                            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    todo.append((name, run))
-                for name in fw_names:
-                    def run(name=name):
-                        os.environ.pop("FW_CUDA_FLASH_CONFIG", None)  # the backend's default config
-                        return fw_call(q, k, v, causal, name)
-                    todo.append((name, run))
-                if args.configs:
-                    hopper = torch.cuda.get_device_capability(dev) == (9, 0)
-                    for cfgname in [c for c in CONFIGS.get(D, []) if re.search(args.cfg_match, c)
-                                    and (hopper or not c.startswith(("wg-", "ws-", "wsp-")))]:
-                        def run(cfgname=cfgname):
-                            os.environ["FW_CUDA_FLASH_CONFIG"] = cfgname
-                            return fw_call(q, k, v, causal, "cuda-flash", cfgname)
-                        todo.append(("cuda-flash:" + cfgname, run))
-                ok = []
-                for name, run in todo:
-                    try:
-                        out = run()
-                        torch.cuda.synchronize()
-                    except Exception as e:  # noqa: BLE001
-                        msg = str(e).splitlines()[0][:140] if str(e) else type(e).__name__
-                        res[name] = {"error": msg}
-                        continue
-                    finally:
-                        os.environ.pop("FW_CUDA_FLASH_CONFIG", None)
-                    err = None
-                    if ref is not None:
-                        err = (out[:1, 0:2].double() - ref).abs().max().item()
-                    del out
-                    res[name] = {"err": err}
-                    ok.append((name, run))
-                timed = time_interleaved(ok, args.warmup, args.reps)
-                os.environ.pop("FW_CUDA_FLASH_CONFIG", None)
-                for name, (ms, mn, nb) in timed.items():
-                    res[name].update({"ms": ms, "min_ms": mn, "calls_per_window": nb,
-                                      "tflops": fl / (ms * 1e-3) / 1e12})
-                del q, k, v
-                for name, r in res.items():
-                    row = {"shape": shape, "B": B, "H": H, "L": L, "D": D, "causal": causal, "backend": name, **r}
-                    if "ms" in r:
-                        for base in ("flash", "cudnn"):
-                            if base in res and "ms" in res[base]:
-                                row["vs_" + base] = res[base]["ms"] / r["ms"]
-                    rows.append(row)
-                    print_row(row)
-                sys.stdout.flush()
+                def run(name=name):
+                    with sdpa_kernel([SDPA[name]]):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                todo.append((name, run))
+            for name in fw_names:
+                def run(name=name):
+                    os.environ.pop("FW_CUDA_FLASH_CONFIG", None)  # the backend's default config
+                    return fw_call(q, k, v, causal, name)
+                todo.append((name, run))
+            if args.configs:
+                hopper = torch.cuda.get_device_capability(dev) == (9, 0)
+                for cfgname in [c for c in CONFIGS.get(D, []) if re.search(args.cfg_match, c)
+                                and (hopper or not c.startswith(("wg-", "ws-", "wsp-")))]:
+                    def run(cfgname=cfgname):
+                        os.environ["FW_CUDA_FLASH_CONFIG"] = cfgname
+                        return fw_call(q, k, v, causal, "cuda-flash", cfgname)
+                    todo.append(("cuda-flash:" + cfgname, run))
+            ok = []
+            for name, run in todo:
+                try:
+                    out = run()
+                    torch.cuda.synchronize()
+                except Exception as e:  # noqa: BLE001
+                    msg = str(e).splitlines()[0][:140] if str(e) else type(e).__name__
+                    res[name] = {"error": msg}
+                    continue
+                finally:
+                    os.environ.pop("FW_CUDA_FLASH_CONFIG", None)
+                err = None
+                if ref is not None:
+                    err = (out[:1, 0:2].double() - ref).abs().max().item()
+                del out
+                res[name] = {"err": err}
+                ok.append((name, run))
+            timed = time_interleaved(ok, args.warmup, args.reps)
+            os.environ.pop("FW_CUDA_FLASH_CONFIG", None)
+            for name, (ms, mn, nb) in timed.items():
+                res[name].update({"ms": ms, "min_ms": mn, "calls_per_window": nb,
+                                  "tflops": fl / (ms * 1e-3) / 1e12})
+            del q, k, v
+            for name, r in res.items():
+                row = {"shape": shape, "B": B, "H": H, "L": L, "D": D, "dtype": str(dtype).replace("torch.", ""),
+                       "causal": causal, "backend": name, **r}
+                if "ms" in r:
+                    for base in ("flash", "cudnn"):
+                        if base in res and "ms" in res[base]:
+                            row["vs_" + base] = res[base]["ms"] / r["ms"]
+                rows.append(row)
+                print_row(row)
+            sys.stdout.flush()
     out_path = args.json or os.path.join(os.environ.get("OUT", "."), "torch_sdpa.json")
     with open(out_path, "w") as f:
         json.dump({"info": info, "rows": rows}, f, indent=1)
