@@ -158,8 +158,12 @@ static int record_runs(const fw_bwd_record *r, int atomic, const fw_cuda_device_
     return record_smem(r, atomic) <= (size_t)di->smem_optin;
 }
 
-/* Has the record a kernel for the dQ mode: a fuse record (dQ added up in its dK/dV kernel) the atomic one only. */
-static int mode_takes(const fw_bwd_record *r, int atomic) { return atomic || !fw_bwd_fuses_dq(r); }
+/* Has the record a kernel for the dQ mode: a tf32 record the deterministic one only, a fuse record (dQ added up in its
+ * dK/dV kernel) the atomic one only. */
+static int mode_takes(const fw_bwd_record *r, int atomic)
+{
+    return atomic ? r->kernel != FW_BWD_TF32 : !fw_bwd_fuses_dq(r);
+}
 
 /* The tensor-core record the heuristics choose for p in the mode (the knobs' FW_CUDA_BWD_CONFIG first, where it
  * names a record of the head dim with p's kernels), or NULL where the tensor-core kernels do not apply or do not
@@ -217,8 +221,8 @@ static int atomic_mode(const fw_problem *p, const char *cfg_mode, const fw_knobs
 }
 
 /* Where no mode is asked for: where the atomic mode's record ra fuses dQ into its dK/dV kernel (launch.cuh: fused_dq;
- * only wgmma records for 16-bit inputs on sm_90a do) and no other record is forced: ra. On an H200 (fwd+bwd, causal, 16k
- * tokens) 1.01-1.14x the deterministic pipeline at 256-1024 keys (`flashwatt bench --backward`), 1.04-1.29x at
+ * only wgmma records for 16-bit inputs on sm_90a do) and no other record is forced: ra. On an H200 (fwd+bwd, causal,
+ * 16k tokens) 1.01-1.14x the deterministic pipeline at 256-1024 keys (`flashwatt bench --backward`), 1.04-1.29x at
  * 1024-16384 keys, causal and not, and 1.11x at the GQA shape (bench/sdpa_bwd.py); on bench/varlen_bwd's ragged batch
  * (16 sequences of 128..4096) 1.15-1.21x (docs/PERF.md, "Ragged backward"). */
 static int fused_dq_default(const fw_bwd_record *ra, const fw_knobs *k)
@@ -271,12 +275,12 @@ extern "C" fw_status fw_bwd_recompute_plan(const fw_problem *p, const fw_config 
             ok = 0;
             snprintf(reason, sizeof reason, "the record has no %s%s kernels%s", p->kind == FW_CALL_DENSE ? "" : "ragged ",
                      p->dtype == FW_F32 ? "f32" : "f16/bf16", p->kind == FW_CALL_DENSE ? "" : " (kernels.tsv: varlen)");
-        } else if (r->kernel == FW_BWD_TF32 && plan->atomic) {
-            ok = 0;
-            snprintf(reason, sizeof reason, "the tf32 records run the deterministic mode only");
         } else if (!mode_takes(r, plan->atomic)) {
             ok = 0;
-            snprintf(reason, sizeof reason, "the record fuses dQ into its dK/dV kernel by atomics: the atomic mode only");
+            snprintf(reason, sizeof reason, "%s",
+                     r->kernel == FW_BWD_TF32
+                         ? "the tf32 records run the deterministic mode only"
+                         : "the record fuses dQ into its dK/dV kernel by atomics: the atomic mode only");
         } else
             ok = kernels_take(r, p, k, reason, sizeof reason);
         if (ok && !record_runs(r, plan->atomic, di)) {
@@ -370,8 +374,8 @@ extern "C" int fw_bwd_configs(const fw_problem *p, fw_config *out, int max)
         if (!def.materialize && def.atomic == atomic) listed[nlisted++] = def.record;
         for (int i = 0; i < n && count < max; i++) {
             const fw_bwd_record *r = &rs[i];
-            if (!record_takes(r, p) || !kernels_take(r, p, k, NULL, 0) || (atomic && r->kernel == FW_BWD_TF32) ||
-                !mode_takes(r, atomic) || !record_runs(r, atomic, &di))
+            if (!record_takes(r, p) || !kernels_take(r, p, k, NULL, 0) || !mode_takes(r, atomic) ||
+                !record_runs(r, atomic, &di))
                 continue;
             int dup = 0;
             for (int j = 0; j < nlisted && !dup; j++) dup = listed[j] == r || (atomic && same_atomic_kernel(listed[j], r));
