@@ -184,7 +184,8 @@ def main():
     ap.add_argument("--sdpa", default="flash,cudnn,efficient,math")
     ap.add_argument("--cfg-match", default="", help="--configs: only the configuration names this regex matches")
     ap.add_argument("--fw", default="", help="flashwatt backends to time (default: every usable CUDA one)")
-    ap.add_argument("--shapes", default="grid", help="grid (the FA grid, bf16), seed (B=16 H=8 L=1024 D=64 f16), or both")
+    ap.add_argument("--shapes", default="grid",
+                    help="grid (the FA grid, bf16), seed (B=16 H=8 L=1024 D=64 f16), or grid,seed")
     args = ap.parse_args()
 
     dev = torch.device("cuda")
@@ -204,19 +205,22 @@ def main():
     kinds = [x for x in args.shapes.split(",") if x]
     if not kinds or set(kinds) - {"grid", "seed"}:
         ap.error(f"--shapes: grid, seed or grid,seed, not {args.shapes!r}")
-    shapes = []  # (B, H, L, D, dtype, the dtype's name in the shape's label)
+    shapes = []  # (B, H, L, D, dtype)
     if "grid" in kinds:
-        shapes += [(16384 // L, 2048 // D, L, D, torch.bfloat16, "") for D in dims for L in Ls]
+        shapes += [(16384 // L, 2048 // D, L, D, torch.bfloat16) for D in dims for L in Ls]
     if "seed" in kinds:
-        shapes.append((16, 8, 1024, 64, torch.float16, " f16"))
+        shapes.append((16, 8, 1024, 64, torch.float16))
     sdpa_names = [s for s in args.sdpa.split(",") if s]
     rows = []
     torch.manual_seed(0)
-    for B, H, L, D, dtype, dtype_label in shapes:
+    for B, H, L, D, dtype in shapes:
+        dtype_name = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
         for causal in (False, True):
             q, k, v = (torch.randn(B, H, L, D, device=dev, dtype=dtype) for _ in range(3))
             fl = flops(B, H, L, D, causal)
-            shape = f"B{B} H{H} L{L} D{D}{dtype_label} {'causal' if causal else 'full'}"
+            # the grid's bf16 goes unnamed in the label, as it always has
+            label = "" if dtype == torch.bfloat16 else " " + dtype_name
+            shape = f"B{B} H{H} L{L} D{D}{label} {'causal' if causal else 'full'}"
             res = {}
             ref = None
             if args.check and L <= 2048:
@@ -270,7 +274,7 @@ def main():
                                   "tflops": fl / (ms * 1e-3) / 1e12})
             del q, k, v
             for name, r in res.items():
-                row = {"shape": shape, "B": B, "H": H, "L": L, "D": D, "dtype": str(dtype).replace("torch.", ""),
+                row = {"shape": shape, "B": B, "H": H, "L": L, "D": D, "dtype": dtype_name,
                        "causal": causal, "backend": name, **r}
                 if "ms" in r:
                     for base in ("flash", "cudnn"):

@@ -132,9 +132,9 @@ void att_add_backward_headdims(att_plan *p, const att_opts *o)
 }
 
 /* Every tensor-core backward record of the shape's head dim (kernels.tsv), forced by name as the default of
- * both dQ modes (a fuse record's one), on the 16-bit shapes the tensor cores take; the tf32 records on those shapes in f32, tf32 and
- * 3xtf32, deterministic mode (theirs); the smaller CUDA-core records (those after "cores", for devices with less
- * shared memory) on every shape, f32 and bf16, both modes. */
+ * both dQ modes (a fuse record's one), on the 16-bit shapes the tensor cores take; the tf32 records on those shapes
+ * in f32, tf32 and 3xtf32, deterministic mode (theirs); the smaller CUDA-core records (those after "cores", for
+ * devices with less shared memory) on every shape, f32 and bf16, both modes. */
 void att_add_backward_variants(att_plan *p, const att_opts *o)
 {
 #ifdef FW_HAVE_CUDA

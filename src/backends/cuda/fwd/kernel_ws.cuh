@@ -193,7 +193,8 @@ __device__ __forceinline__ void consume_query_block(wg_consumer<T, C::D, C::BN, 
             const int r0 = pp.Lk - (n_begin + (n_tiles - 1) * BN);
             if (r0 < BN) {
                 zero_tile_rows<CB, BN, ws_consumer_threads<C>()>(sV + (uint32_t)pst * KV_BYTES, r0, tid - 128);
-                named_sync(4, ws_consumer_threads<C>()); /* every consumer's zeros before any product (ids 1-3: ping-pong, epilogue) */
+                /* every consumer's zeros before any product (ids 1-3: ping-pong, epilogue) */
+                named_sync(4, ws_consumer_threads<C>());
             }
         }
         turns.turn_begin();
@@ -225,7 +226,8 @@ __device__ __forceinline__ void consume_query_block(wg_consumer<T, C::D, C::BN, 
 
 /* batch: the dense problem's batch entries (PERSISTENT: the grid loops over them; VARLEN: unused). */
 template <typename T, class C>
-__global__ void __launch_bounds__(ws_threads<C>(), 1) ws_kernel(const fw_fwd_params p, const __grid_constant__ tma_maps m, int batch)
+__global__ void __launch_bounds__(ws_threads<C>(), 1)
+    ws_kernel(const fw_fwd_params p, const __grid_constant__ tma_maps m, int batch)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace fwparts;
