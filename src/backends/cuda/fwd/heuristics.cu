@@ -50,6 +50,72 @@ static const fw_fwd_record *record_named(const fw_problem *p, const char *name, 
     return NULL;
 }
 
+/* The key tiles of bn keys that query rows m0 .. m0 + bm - 1 of p visit (mask.cuh: key_tile_range, on the host). */
+static int64_t key_tiles_of(const fw_problem *p, int64_t m0, int bm, int bn)
+{
+    const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
+    const int64_t wl = p->window_left < lim ? p->window_left : lim, wr = p->window_right < lim ? p->window_right : lim;
+    const int64_t mlast = (m0 + bm < p->seqlen_q ? m0 + bm : p->seqlen_q) - 1;
+    int64_t lo = 0, hi = p->seqlen_k;
+    if (p->has_window) {
+        lo = m0 + p->diag_offset - wl > 0 ? m0 + p->diag_offset - wl : 0;
+        hi = mlast + p->diag_offset + wr + 1 < p->seqlen_k ? mlast + p->diag_offset + wr + 1 : p->seqlen_k;
+    }
+    const int64_t begin = lo / bn * bn;
+    return hi > begin ? (hi - begin + bn - 1) / bn : 0;
+}
+
+/* The work of the busiest block of the persistent forward (kernel_ws.cuh) on `blocks` blocks with tiles of bm x bn,
+ * in row x key products (a tile's padding rows and keys counted): the tiles in scheduler.cuh's persistent order,
+ * a head's query blocks longest first, or heads first in a snake under causal-like masks. -1 where the tiles or
+ * blocks are too many to follow (the caller's bound keeps them few). */
+static double persistent_busiest(const fw_problem *p, int bm, int bn, int64_t blocks)
+{
+    enum { MAX_BLOCKS = 1024, MAX_QUERY_BLOCKS = 2048 };
+    const int64_t lim = p->seqlen_q + p->seqlen_k + 1, nb = (p->seqlen_q + bm - 1) / bm, hb = p->heads * p->batch;
+    const int64_t count = nb * hb, g = count < blocks ? count : blocks, rounds = (count + g - 1) / g;
+    if (!p->has_window) /* every tile alike */
+        return (double)rounds * (double)key_tiles_of(p, 0, bm, bn) * bn * bm;
+    if (g > MAX_BLOCKS || nb > MAX_QUERY_BLOCKS) return -1;
+    const int heads_first = p->window_right < lim && p->window_left >= lim; /* cuda_flash.cu's reverse_m */
+    double work[MAX_QUERY_BLOCKS], load[MAX_BLOCKS] = {0}, busiest = 0;
+    for (int64_t m = 0; m < nb; m++) work[m] = (double)key_tiles_of(p, m * bm, bm, bn) * bn * bm;
+    for (int64_t r = 0; r < rounds; r++) {
+        const int snake = heads_first && (r & 1) && (r + 1) * g <= count;
+        for (int64_t b = 0; b < g && r * g + b < count; b++) {
+            const int64_t j = snake ? r * g + g - 1 - b : r * g + b;
+            load[b] += work[heads_first ? nb - 1 - j / hb : nb - 1 - j % nb];
+        }
+    }
+    for (int64_t b = 0; b < g; b++)
+        if (load[b] > busiest) busiest = load[b];
+    return busiest;
+}
+
+/* At head dim 64 above 1024 queries and keys: three consumer warpgroups (192-row tiles) rather than two? A 192 x 96
+ * tile runs a row x key product 1.15x as fast as a 128 x 128 one where both make many rounds of the grid (H200);
+ * where they make few, the rounds' rounding and the longer tile's padding can outweigh that, so the busiest block's
+ * work under each tiling decides (over an H200 sweep of B 1-4, H 8-32, L 1536-8192, causal and not, it chose
+ * the faster tiling, or one within 3%, at each of 108 shapes; the 192 rows everywhere lost up to 1.31x). From four
+ * rounds of 192-row tiles on, the 192 rows. The last answer is kept (a thread's calls repeat their shapes, and
+ * following a causal grid's tiles takes microseconds). */
+static int d64_192_rows_pay(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k)
+{
+    const int64_t blocks = k->persist_blocks > 0 && k->persist_blocks < di->sm_count ? k->persist_blocks : di->sm_count;
+    if ((p->seqlen_q + 191) / 192 * p->heads * p->batch > 4 * blocks) return 1;
+    static thread_local struct {
+        int64_t key[8];
+        int pays;
+    } last = {{-1}, 0};
+    const int64_t key[8] = {p->batch,       p->heads,        p->seqlen_q,   p->seqlen_k,
+                            p->window_left, p->window_right, p->diag_offset, blocks * 2 + p->has_window};
+    if (memcmp(key, last.key, sizeof key) == 0) return last.pays;
+    const double w192 = persistent_busiest(p, 192, 96, blocks), w128 = persistent_busiest(p, 128, 128, blocks);
+    memcpy(last.key, key, sizeof key);
+    last.pays = w192 < 0 || w128 < 0 || w192 < 1.15 * w128;
+    return last.pays;
+}
+
 extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k)
 {
     int n = 0;
@@ -82,10 +148,11 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
      * 1.04-1.18x the one-block-a-tile grid up to L=1024 (causal L=1024 1.02-1.06x; 0.94x in an H100 run of the
      * grid before its rescale moved), and from L=2048 (both lengths) three consumer warpgroups of 64 rows,
      * wsp-bm192-bn96-s4, FlashAttention-3's tile at D=64: 1.05-1.13x the 128-row records in two H200 runs
-     * (L=1024: 0.95x, its tiles a ninth padding). At D=128 (staging in Q, whose next load then waits) the
-     * persistent form was no faster. At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster
-     * at L=512 and -0.2 to +1.5% at L=1024 in two H200 runs; above, ±1% or slower. */
-    const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024;
+     * (L=1024: 0.95x, its tiles a ninth padding), unless their few rounds of the grid say otherwise
+     * (d64_192_rows_pay). At D=128 (staging in Q, whose next load then waits) the persistent form was no faster.
+     * At D=128 up to L=1024 the consumers in ping-pong (ws-…-pp) ran 2-3% faster at L=512 and -0.2 to +1.5% at
+     * L=1024 in two H200 runs; above, ±1% or slower. */
+    const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024 && d64_192_rows_pay(p, di, k);
     const int persistent = dpad == 64;
     const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
     const int ws_bm = long_d64 ? 192 : 128, ws_bn = long_d64 ? 96 : 128;
