@@ -1,9 +1,10 @@
 /* The f16/bf16 forward's default record (src/backends/cuda/fwd/heuristics.cu: fw_fwd_default) on the host, no GPU
  * needed, for a Hopper (compute capability 9.0) and an Ampere device description: at head dim 64 the persistent
  * warp-specialised kernel, 128-row tiles up to 1024 queries or keys and three consumer warpgroups (192 rows, 96 keys)
- * above; at head dim 128 ping-pong consumers up to 1024 queries and the plain two-warpgroup kernel above; mma.sync
- * records where a grid of 128-row tiles would not fill the machine, off Hopper and at other padded head dims (96,
- * 256); and that FW_CUDA_FLASH_CONFIG names any record that runs. The GPU tests run the kernels each choice names
+ * above where their rounds of the grid pay; at head dim 128 ping-pong consumers up to 1024 queries and the plain
+ * two-warpgroup kernel above (persistent without a causal-like mask where the tiles do not fill the machine);
+ * mma.sync records below 1024 queries where a grid of 128-row tiles would not fill the machine, off Hopper and at
+ * other padded head dims (96, 256); and that FW_CUDA_FLASH_CONFIG names any record that runs. The GPU tests run the kernels each choice names
  * (tests/attention: configs, persistent). */
 #include <stdint.h>
 #include <string.h>
@@ -127,8 +128,19 @@ static void knobs_and_elsewhere(void)
     expect_mma("A100, D 64, L 16384: mma.sync", &p, &AMPERE);
     expect("A100, D 64, L 16384, FW_CUDA_FLASH_CONFIG names an sm_90a record: not that record", &p, &AMPERE, &forced,
            fw_fwd_default(&p, &AMPERE, &fw_knobs_defaults)->name);
-    p = dense(1, 8, 2048, 2048, 64, 0); /* 128 query blocks of 128 rows: fewer than the 132 SMs */
-    expect_mma("D 64, 128 blocks of 128 rows on 132 SMs: mma.sync's smaller tiles", &p, &HOPPER);
+    /* fewer 128-row tiles than the 132 SMs: the wgmma kernels from 1024 queries, mma.sync's smaller tiles below */
+    p = dense(1, 8, 2048, 2048, 64, 0);
+    expect("D 64, 128 tiles on 132 SMs: persistent", &p, &HOPPER, &fw_knobs_defaults, "wsp-bm128-bn128-s3");
+    p = dense(1, 2, 4096, 4096, 128, 0);
+    expect("D 128, 64 tiles on 132 SMs, no mask: persistent", &p, &HOPPER, &fw_knobs_defaults, "wsp-bm128-bn128-s3");
+    p = dense(1, 2, 4096, 4096, 128, 1);
+    expect("D 128, 64 tiles on 132 SMs, causal: one block a tile", &p, &HOPPER, &fw_knobs_defaults, "ws-bm128-bn128-s3");
+    p = dense(1, 8, 1024, 1024, 128, 0);
+    expect("D 128, 64 tiles of L 1024 on 132 SMs: ping-pong consumers", &p, &HOPPER, &fw_knobs_defaults, "ws-bm128-bn128-s3-pp");
+    p = dense(1, 16, 512, 512, 64, 0);
+    expect_mma("D 64, 64 tiles of L 512 on 132 SMs: mma.sync's smaller tiles", &p, &HOPPER);
+    p = dense(1, 8, 2048, 2048, 64, 0);
+    expect_mma("A100, D 64, L 2048, 128 tiles: mma.sync", &p, &AMPERE);
     p = dense(4, 16, 4096, 4096, 96, 0);
     expect_mma("D 96: mma.sync", &p, &HOPPER);
     p = dense(4, 16, 4096, 4096, 256, 0);
