@@ -2,10 +2,10 @@
  * needed, for a Hopper (compute capability 9.0) and an Ampere device description: at head dim 64 the persistent
  * warp-specialised kernel, 128-row tiles up to 1024 queries or keys and three consumer warpgroups (192 rows, 96 keys)
  * above where their rounds of the grid pay; at head dim 128 ping-pong consumers up to 1024 queries and the plain
- * two-warpgroup kernel above (persistent without a causal-like mask where the tiles do not fill the machine);
- * mma.sync records below 1024 queries where a grid of 128-row tiles would not fill the machine, off Hopper and at
- * other padded head dims (96, 256); and that FW_CUDA_FLASH_CONFIG names any record that runs. The GPU tests run the kernels each choice names
- * (tests/attention: configs, persistent). */
+ * two-warpgroup kernel above; where the tiles do not fill the machine, from 1024 queries, persistent without a
+ * causal-like mask and one block a tile with one, and mma.sync records below; mma.sync off Hopper and at other
+ * padded head dims (96, 256); and that FW_CUDA_FLASH_CONFIG names any record that runs. The GPU tests run the
+ * kernels each choice names (tests/attention: configs, persistent). */
 #include <stdint.h>
 #include <string.h>
 #include "fw_check.h"
@@ -131,6 +131,8 @@ static void knobs_and_elsewhere(void)
     /* fewer 128-row tiles than the 132 SMs: the wgmma kernels from 1024 queries, mma.sync's smaller tiles below */
     p = dense(1, 8, 2048, 2048, 64, 0);
     expect("D 64, 128 tiles on 132 SMs: persistent", &p, &HOPPER, &fw_knobs_defaults, "wsp-bm128-bn128-s3");
+    p = dense(1, 2, 4096, 4096, 64, 1);
+    expect("D 64, 64 tiles on 132 SMs, causal: one block a tile", &p, &HOPPER, &fw_knobs_defaults, "ws-bm128-bn128-s3");
     p = dense(1, 2, 4096, 4096, 128, 0);
     expect("D 128, 64 tiles on 132 SMs, no mask: persistent", &p, &HOPPER, &fw_knobs_defaults, "wsp-bm128-bn128-s3");
     p = dense(1, 2, 4096, 4096, 128, 1);

@@ -154,13 +154,14 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
      * L=1024 in two H200 runs; above, ±1% or slower. */
     /* Fewer 128-row tiles than multiprocessors: from 1024 queries the wgmma kernels still, over an H200 sweep of B=1,
      * H 1-8, L 1024-8192 (8-128 tiles): at D=128 1.26-2.54x the mma.sync record, at D=64 1.00-1.68x from L=2048
-     * and 1.07-1.10x at L=1024 on 64 tiles (0.91-1.05x on 8-32); at D=128 there, without a causal-like mask, the
-     * persistent form ran 1.13-1.26x the one-block-a-tile grid from L=2048 (causal: 0.91-0.95x). */
+     * and 1.07-1.10x at L=1024 on 64 tiles (0.91-1.05x on 8-32). There, from L=2048, the persistent form against
+     * the one-block-a-tile grid: without a causal-like mask 1.13-1.26x (D=128) and 1.07-1.19x (D=64), with one
+     * 0.91-0.95x and 0.92-0.98x (1.05x at D=64 on 128 tiles; one run): each takes the faster. */
     const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
     const int few_tiles = blocks128 < di->sm_count, causal_like = p->window_right < lim && p->window_left >= lim;
     const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024 && d64_192_rows_pay(p, di, k);
     const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
-    const int persistent = dpad == 64 || (dpad == 128 && few_tiles && !causal_like && !pingpong);
+    const int persistent = few_tiles && p->seqlen_q > 1024 ? !causal_like && !pingpong : dpad == 64;
     const int ws_bm = long_d64 ? 192 : 128, ws_bn = long_d64 ? 96 : 128;
     const int ws_ok = (!few_tiles || p->seqlen_q >= 1024) && (dpad == 128 || dpad == 64);
     for (int i = 0; ws_ok && i < n; i++)
