@@ -51,7 +51,6 @@ static int flash_supports(const fw_problem *p, char *why, size_t why_len)
                   (long long)p->head_dim, di.smem_optin);
 }
 
-static int clamp_window(int64_t w, int64_t limit) { return (int)(w > limit ? limit : w); }
 
 /* The forward of a problem the kernels read in place. */
 static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
@@ -89,18 +88,10 @@ static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cf
     a.k_sb = p->k_stride[0]; a.k_sh = p->k_stride[1]; a.k_ss = p->k_stride[2];
     a.v_sb = p->v_stride[0]; a.v_sh = p->v_stride[1]; a.v_ss = p->v_stride[2];
     a.o_sb = p->o_stride[0]; a.o_sh = p->o_stride[1]; a.o_ss = p->o_stride[2];
-    a.Lq = (int)p->seqlen_q;
-    a.Lk = (int)p->seqlen_k;
+    fw_fwd_band(p, &a);
     a.H = (int)p->heads;
     a.group = (int)p->group;
     a.d = (int)p->head_dim;
-    const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
-    a.wl = clamp_window(p->window_left, lim);
-    a.wr = clamp_window(p->window_right, lim);
-    a.off = (int)p->diag_offset;
-    a.has_window = p->has_window;
-    /* Causal-like masks give later query blocks more keys: schedule them first. */
-    a.reverse_m = p->window_right < lim && p->window_left >= lim;
     /* a persistent kernel's grid at most: one block an SM, or FW_CUDA_PERSIST_BLOCKS (tests: several query blocks
      * a block on small problems) */
     const int cap = fw_exec_knobs(ex)->persist_blocks;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "backends/cuda/fwd/heuristics.h"
+#include "backends/cuda/parts/mask.cuh"
 #include "backends/cuda/serving/serving.h"
 
 extern "C" int fw_fwd_padded_dim(int64_t d)
@@ -50,41 +51,46 @@ static const fw_fwd_record *record_named(const fw_problem *p, const char *name, 
     return NULL;
 }
 
-/* The key tiles of bn keys that query rows m0 .. m0 + bm - 1 of p visit (mask.cuh: key_tile_range, on the host). */
-static int64_t key_tiles_of(const fw_problem *p, int64_t m0, int bm, int bn)
+extern "C" void fw_fwd_band(const fw_problem *p, fw_fwd_params *a)
 {
     const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
-    const int64_t wl = p->window_left < lim ? p->window_left : lim, wr = p->window_right < lim ? p->window_right : lim;
-    const int64_t mlast = (m0 + bm < p->seqlen_q ? m0 + bm : p->seqlen_q) - 1;
-    int64_t lo = 0, hi = p->seqlen_k;
-    if (p->has_window) {
-        lo = m0 + p->diag_offset - wl > 0 ? m0 + p->diag_offset - wl : 0;
-        hi = mlast + p->diag_offset + wr + 1 < p->seqlen_k ? mlast + p->diag_offset + wr + 1 : p->seqlen_k;
-    }
-    const int64_t begin = lo / bn * bn;
-    return hi > begin ? (hi - begin + bn - 1) / bn : 0;
+    a->Lq = (int)p->seqlen_q;
+    a->Lk = (int)p->seqlen_k;
+    a->wl = (int)(p->window_left > lim ? lim : p->window_left);
+    a->wr = (int)(p->window_right > lim ? lim : p->window_right);
+    a->off = (int)p->diag_offset;
+    a->has_window = p->has_window;
+    /* Causal-like masks give later query blocks more keys: schedule them first. */
+    a->reverse_m = p->window_right < lim && p->window_left >= lim;
 }
 
-/* The work of the busiest block of the persistent forward (kernel_ws.cuh) on `blocks` blocks with tiles of bm x bn,
+/* The work of the busiest block of the persistent forward (kernel_ws.cuh) on `blocks` blocks with tiles of BM x BN,
  * in row x key products (a tile's padding rows and keys counted): the tiles in scheduler.cuh's persistent order,
  * a head's query blocks longest first, or heads first in a snake under causal-like masks. -1 where the tiles or
  * blocks are too many to follow (the caller's bound keeps them few). */
-static double persistent_busiest(const fw_problem *p, int bm, int bn, int64_t blocks)
+template <int BM, int BN> static double persistent_busiest(const fw_problem *p, int64_t blocks)
 {
     enum { MAX_BLOCKS = 1024, MAX_QUERY_BLOCKS = 2048 };
-    const int64_t lim = p->seqlen_q + p->seqlen_k + 1, nb = (p->seqlen_q + bm - 1) / bm, hb = p->heads * p->batch;
+    fw_fwd_params band;
+    fw_fwd_band(p, &band);
+    const int64_t nb = (p->seqlen_q + BM - 1) / BM, hb = p->heads * p->batch;
     const int64_t count = nb * hb, g = count < blocks ? count : blocks, rounds = (count + g - 1) / g;
-    if (!p->has_window) /* every tile alike */
-        return (double)rounds * (double)key_tiles_of(p, 0, bm, bn) * bn * bm;
+    int n_begin, n_tiles;
+    if (!p->has_window) { /* every tile alike */
+        fwparts::key_tile_range<BM, BN>(band, 0, n_begin, n_tiles);
+        return (double)rounds * n_tiles * BN * BM;
+    }
     if (g > MAX_BLOCKS || nb > MAX_QUERY_BLOCKS) return -1;
-    const int heads_first = p->window_right < lim && p->window_left >= lim; /* cuda_flash.cu's reverse_m */
     double work[MAX_QUERY_BLOCKS], load[MAX_BLOCKS] = {0}, busiest = 0;
-    for (int64_t m = 0; m < nb; m++) work[m] = (double)key_tiles_of(p, m * bm, bm, bn) * bn * bm;
+    for (int64_t m = 0; m < nb; m++) {
+        fwparts::key_tile_range<BM, BN>(band, (int)(m * BM), n_begin, n_tiles);
+        work[m] = (double)n_tiles * BN * BM;
+    }
     for (int64_t r = 0; r < rounds; r++) {
-        const int snake = heads_first && (r & 1) && (r + 1) * g <= count;
+        const int snake = band.reverse_m && (r & 1) && (r + 1) * g <= count;
         for (int64_t b = 0; b < g && r * g + b < count; b++) {
             const int64_t j = snake ? r * g + g - 1 - b : r * g + b;
-            load[b] += work[heads_first ? nb - 1 - j / hb : nb - 1 - j % nb];
+            load[b] += work[band.reverse_m ? nb - 1 - j / hb : nb - 1 - j % nb];
         }
     }
     for (int64_t b = 0; b < g; b++)
@@ -110,7 +116,7 @@ static int d64_192_rows_pay(const fw_problem *p, const fw_cuda_device_info *di, 
     const int64_t key[8] = {p->batch,       p->heads,        p->seqlen_q,   p->seqlen_k,
                             p->window_left, p->window_right, p->diag_offset, blocks * 2 + p->has_window};
     if (memcmp(key, last.key, sizeof key) == 0) return last.pays;
-    const double w192 = persistent_busiest(p, 192, 96, blocks), w128 = persistent_busiest(p, 128, 128, blocks);
+    const double w192 = persistent_busiest<192, 96>(p, blocks), w128 = persistent_busiest<128, 128>(p, blocks);
     memcpy(last.key, key, sizeof key);
     last.pays = w192 < 0 || w128 < 0 || w192 < 1.15 * w128;
     return last.pays;
@@ -157,8 +163,9 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
      * and 1.07-1.10x at L=1024 on 64 tiles (0.91-1.05x on 8-32). There, from L=2048, the persistent form against
      * the one-block-a-tile grid: without a causal-like mask 1.13-1.26x (D=128) and 1.07-1.19x (D=64), with one
      * 0.91-0.95x and 0.92-0.98x (1.05x at D=64 on 128 tiles; one run): each takes the faster. */
-    const int64_t lim = p->seqlen_q + p->seqlen_k + 1;
-    const int few_tiles = blocks128 < di->sm_count, causal_like = p->window_right < lim && p->window_left >= lim;
+    fw_fwd_params band;
+    fw_fwd_band(p, &band);
+    const int few_tiles = blocks128 < di->sm_count, causal_like = band.reverse_m;
     const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024 && d64_192_rows_pay(p, di, k);
     const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
     const int persistent = few_tiles && p->seqlen_q > 1024 ? !causal_like && !pingpong : dpad == 64;

@@ -18,6 +18,9 @@ const fw_fwd_record *fw_fwd_records_of(int dpad, int *n);
 /* Can the device run the record: its machine code runs there (sm_90a: compute capability 9.0, and the
  * knobs allow wgmma kernels) and its shared memory fits. */
 int fw_fwd_record_runs(const fw_fwd_record *r, const fw_cuda_device_info *di, const fw_knobs *k);
+/* p's lengths, window band (clamped so that the kernels' int sums cannot overflow) and query-block order, in the
+ * fields of fw_fwd_params that hold them: Lq, Lk, wl, wr, off, has_window, reverse_m. */
+void fw_fwd_band(const fw_problem *p, fw_fwd_params *a);
 /* The default record for p on the device (the knobs' cuda_flash_config first, where it names a record
  * that runs); NULL if none runs. */
 const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k);

@@ -25,9 +25,10 @@ __device__ __forceinline__ bool tile_needs_mask(const P &p, int m0, int n0)
 }
 
 /* The key tiles that query rows m0 .. m0 + BM - 1 may see: n_tiles tiles of BN keys from n_begin (a
- * multiple of BN); tiles wholly outside the window/causal band are never listed. */
+ * multiple of BN); tiles wholly outside the window/causal band are never listed. (Also on the host: the forward's
+ * heuristics count a grid's work with it.) */
 template <int BM, int BN, typename P>
-__device__ __forceinline__ void key_tile_range(const P &p, int m0, int &n_begin, int &n_tiles)
+__host__ __device__ __forceinline__ void key_tile_range(const P &p, int m0, int &n_begin, int &n_tiles)
 {
     const int mlast = min(m0 + BM, p.Lq) - 1;
     int lo = 0, hi = p.Lk;
