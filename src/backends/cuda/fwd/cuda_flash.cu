@@ -51,7 +51,6 @@ static int flash_supports(const fw_problem *p, char *why, size_t why_len)
                   (long long)p->head_dim, di.smem_optin);
 }
 
-
 /* The forward of a problem the kernels read in place. */
 static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cfg, const fw_exec *ex)
 {
@@ -92,10 +91,7 @@ static fw_status flash_forward_in_place(const fw_problem *p, const fw_config *cf
     a.H = (int)p->heads;
     a.group = (int)p->group;
     a.d = (int)p->head_dim;
-    /* a persistent kernel's grid at most: one block an SM, or FW_CUDA_PERSIST_BLOCKS (tests: several query blocks
-     * a block on small problems) */
-    const int cap = fw_exec_knobs(ex)->persist_blocks;
-    a.persist_blocks = cap > 0 && cap < di.sm_count ? cap : di.sm_count;
+    a.persist_blocks = fw_fwd_persist_blocks(&di, fw_exec_knobs(ex));
     a.scale = p->scale;
     a.scale_log2 = p->scale * 1.4426950408889634f;
     fw_cuda_seqs seqs; /* ragged: Lq, Lk above are the maxima, the offsets and totals here */

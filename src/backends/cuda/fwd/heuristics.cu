@@ -64,15 +64,19 @@ extern "C" void fw_fwd_band(const fw_problem *p, fw_fwd_params *a)
     a->reverse_m = p->window_right < lim && p->window_left >= lim;
 }
 
+extern "C" int fw_fwd_persist_blocks(const fw_cuda_device_info *di, const fw_knobs *k)
+{
+    return k->persist_blocks > 0 && k->persist_blocks < di->sm_count ? k->persist_blocks : di->sm_count;
+}
+
 /* The work of the busiest block of the persistent forward (kernel_ws.cuh) on `blocks` blocks with tiles of BM x BN,
  * in row x key products (a tile's padding rows and keys counted): the tiles in scheduler.cuh's persistent order,
  * a head's query blocks longest first, or heads first in a snake under causal-like masks. -1 where the tiles or
  * blocks are too many to follow (the caller's bound keeps them few). */
-template <int BM, int BN> static double persistent_busiest(const fw_problem *p, int64_t blocks)
+template <int BM, int BN>
+static double persistent_busiest(const fw_problem *p, const fw_fwd_params &band, int64_t blocks)
 {
     enum { MAX_BLOCKS = 1024, MAX_QUERY_BLOCKS = 2048 };
-    fw_fwd_params band;
-    fw_fwd_band(p, &band);
     const int64_t nb = (p->seqlen_q + BM - 1) / BM, hb = p->heads * p->batch;
     const int64_t count = nb * hb, g = count < blocks ? count : blocks, rounds = (count + g - 1) / g;
     int n_begin, n_tiles;
@@ -105,9 +109,10 @@ template <int BM, int BN> static double persistent_busiest(const fw_problem *p, 
  * the faster tiling, or one within 3%, at each of 108 shapes; the 192 rows everywhere lost up to 1.31x). From four
  * rounds of 192-row tiles on, the 192 rows. The last answer is kept (a thread's calls repeat their shapes, and
  * following a causal grid's tiles takes microseconds). */
-static int d64_192_rows_pay(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k)
+static int d64_192_rows_pay(const fw_problem *p, const fw_fwd_params &band, const fw_cuda_device_info *di,
+                            const fw_knobs *k)
 {
-    const int64_t blocks = k->persist_blocks > 0 && k->persist_blocks < di->sm_count ? k->persist_blocks : di->sm_count;
+    const int64_t blocks = fw_fwd_persist_blocks(di, k);
     if ((p->seqlen_q + 191) / 192 * p->heads * p->batch > 4 * blocks) return 1;
     static thread_local struct {
         int64_t key[8];
@@ -116,7 +121,8 @@ static int d64_192_rows_pay(const fw_problem *p, const fw_cuda_device_info *di, 
     const int64_t key[8] = {p->batch,       p->heads,        p->seqlen_q,   p->seqlen_k,
                             p->window_left, p->window_right, p->diag_offset, blocks * 2 + p->has_window};
     if (memcmp(key, last.key, sizeof key) == 0) return last.pays;
-    const double w192 = persistent_busiest<192, 96>(p, blocks), w128 = persistent_busiest<128, 128>(p, blocks);
+    const double w192 = persistent_busiest<192, 96>(p, band, blocks),
+                 w128 = persistent_busiest<128, 128>(p, band, blocks);
     memcpy(last.key, key, sizeof key);
     last.pays = w192 < 0 || w128 < 0 || w192 < 1.15 * w128;
     return last.pays;
@@ -166,7 +172,7 @@ extern "C" const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cud
     fw_fwd_params band;
     fw_fwd_band(p, &band);
     const int few_tiles = blocks128 < di->sm_count, causal_like = band.reverse_m;
-    const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024 && d64_192_rows_pay(p, di, k);
+    const int long_d64 = dpad == 64 && p->seqlen_q > 1024 && p->seqlen_k > 1024 && d64_192_rows_pay(p, band, di, k);
     const int pingpong = dpad == 128 && p->seqlen_q <= 1024;
     const int persistent = few_tiles && p->seqlen_q > 1024 ? !causal_like && !pingpong : dpad == 64;
     const int ws_bm = long_d64 ? 192 : 128, ws_bn = long_d64 ? 96 : 128;

@@ -21,6 +21,9 @@ int fw_fwd_record_runs(const fw_fwd_record *r, const fw_cuda_device_info *di, co
 /* p's lengths, window band (clamped so that the kernels' int sums cannot overflow) and query-block order, in the
  * fields of fw_fwd_params that hold them: Lq, Lk, wl, wr, off, has_window, reverse_m. */
 void fw_fwd_band(const fw_problem *p, fw_fwd_params *a);
+/* A persistent kernel's grid at most: one block an SM, or fewer where FW_CUDA_PERSIST_BLOCKS says so (tests: several
+ * query blocks a block on small problems). */
+int fw_fwd_persist_blocks(const fw_cuda_device_info *di, const fw_knobs *k);
 /* The default record for p on the device (the knobs' cuda_flash_config first, where it names a record
  * that runs); NULL if none runs. */
 const fw_fwd_record *fw_fwd_default(const fw_problem *p, const fw_cuda_device_info *di, const fw_knobs *k);

@@ -106,7 +106,9 @@ struct persistent_tile_scheduler {
      * heaviest block of every head before the next heaviest), dealt out in a snake: every other round of the
      * grid's blocks runs backwards, so a block that drew a heavier tile in one round draws a lighter one in the
      * next (the last round, if partial, runs forwards). A stride over the query-block-fastest order would hand
-     * each block the same few query blocks of every head (the stride modulo their count), some only heavy ones. */
+     * each block the same few query blocks of every head (the stride modulo their count), some only heavy ones.
+     * The forward's heuristics (fwd/heuristics.cu: persistent_busiest) follow both orders on the host to count a
+     * block's work: a change here changes them there. */
     __device__ __forceinline__ tile_coord tile_heads_first(int it) const
     {
         const int g = (int)gridDim.x, round = it / g;
